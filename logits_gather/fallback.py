@@ -1,0 +1,37 @@
+"""The torch.distributed path: the same contract as the kernel, on any backend.
+
+``all_gather_into_tensor`` (``all_gather_single`` where torch has it) gathers the
+shards into a preallocated ``[W * m, N]`` staging area; one strided copy then
+lays them out as ``[m, W * N]`` in one of two alternating output slots. Works
+with NCCL (multi-node included) and with gloo on CPU. Writes only ever come
+from this rank's own stream, so two slots give the next-but-one lifetime.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+class DistributedGather:
+    """``[m, N]`` shards to ``[m, W * N]`` through a torch.distributed all-gather."""
+
+    def __init__(self, *, columns: int, capacity: int, world_size: int, dtype: torch.dtype,
+                 device: torch.device, group: dist.ProcessGroup | None) -> None:
+        self._n = columns
+        self._w = world_size
+        self._group = group
+        self._staging = torch.empty(world_size * capacity * columns, dtype=dtype, device=device)
+        self.slots = torch.empty((2, capacity, world_size * columns), dtype=dtype, device=device)
+        self._calls = 0
+
+    def __call__(self, shard: torch.Tensor) -> torch.Tensor:
+        m, n, w = shard.shape[0], self._n, self._w
+        staging = self._staging[: w * m * n].view(w * m, n)
+        _all_gather(staging, shard, group=self._group)
+        out = self.slots[self._calls & 1, :m]
+        self._calls += 1
+        out.view(m, w, n).copy_(staging.view(w, m, n).transpose(0, 1))
+        return out

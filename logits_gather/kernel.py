@@ -1,0 +1,193 @@
+"""The push all-gather kernel (Triton) and its protocol.
+
+Layout
+------
+Every rank owns, in torch symmetric memory,
+
+* ``slots``: ``[S, capacity, W * N]`` output buffers (``W`` ranks, ``N`` columns
+  per rank). Slots ``0..2`` serve eager calls in rotation; slots ``3..4`` serve
+  calls captured in CUDA graphs (when the object was built with
+  ``graphs=True``).
+* ``flags``: ``int32 [4, MAXC]``, one column per CTA index ``c``:
+  ``ARRIVE`` and ``READY`` are written by every rank (remote atomics);
+  ``CALLS`` and ``GCALLS`` are this rank's private per-CTA call counters.
+
+Data path
+---------
+Call with ``m`` rows: tile ``t`` of the ``m x N`` shard (one row, ``BLOCK``
+columns) is handled by CTA ``t mod G`` on every rank (``G`` depends only on
+``m`` and the construction arguments, so it is the same on all ranks). The CTA
+reads the tile once and stores it with 16-byte vector stores into column block
+``rank`` of the chosen slot on every rank, its own included. A ragged tail is
+masked; when ``N`` is not a multiple of the vector width Triton cannot prove
+alignment and falls back to narrower stores, so no store is ever misaligned.
+
+Barrier (exit)
+--------------
+After its stores a CTA runs a CTA barrier (``tl.debug_barrier``), then one thread
+adds 1 to ``ARRIVE[c]`` on every rank with a release atomic at system scope
+(the barrier makes every thread's stores precede that release; release is
+cumulative). It then spins with a system-scope acquire load on its own
+``ARRIVE[c]`` until it reaches ``W * (calls + 1)``, where ``calls`` is the value
+of ``CALLS[c]`` at entry, and finally stores ``CALLS[c] = calls + 1``.
+
+Epochs never reset. Every rank launches CTA ``c`` in exactly the same calls, so
+``CALLS[c]`` agrees on all ranks and ``ARRIVE[c]`` only grows. While a CTA waits
+for call ``k`` its flag lies in ``[W*k - W + 1, W*(k+1) + W - 1]``: no rank can
+arrive for call ``k + 2`` before every rank has passed call ``k + 1``'s barrier.
+The comparison is the signed 32-bit difference ``ARRIVE - target >= 0``, so the
+counters may wrap around 2**32 freely.
+
+Because the counters live on the device, a replayed CUDA graph needs no host
+state: each replay reads and advances them itself.
+
+Why three eager slots suffice
+-----------------------------
+Eager call ``k`` uses slot ``k mod 3``. Rank A writes rank B's slot for call
+``k + 3`` only after A passed call ``k + 2``'s barrier, which needs B's CTAs to
+have started call ``k + 2``, i.e. B's stream finished everything enqueued before
+call ``k + 2``. So the result of call ``k`` stays valid for all work that the
+caller enqueues (on the calling stream) before it issues call ``k + 2``, reads
+issued after call ``k + 1`` included. (With two slots, reads issued after call
+``k + 1`` would race with a fast peer's call ``k + 2``.)
+
+Graph mode (entry handshake)
+----------------------------
+A captured call's slot address is frozen in the graph, so rotation cannot
+protect it. Graph-mode calls (``GRAPH=True``) therefore first add 1 to
+``READY[c]`` on every rank and wait until their own ``READY[c]`` reaches
+``W * (gcalls + 1)``: no peer writes into a rank's slot before that rank's
+kernel has started, i.e. before its stream finished every earlier reader.
+Graph calls alternate the two graph slots in capture order, so their results
+stay valid until the next graph-mode call on the same slot, and in any case
+until the next graph-mode call of the object. Eager calls never touch graph
+slots and skip the handshake, so they pay nothing for it.
+
+Co-residency and timeout
+------------------------
+Spinning is only safe if every CTA of every rank is resident at once: the grid
+never exceeds the SM count (divided by the number of ranks sharing one GPU).
+A spin that outlasts ``timeout_us`` writes ``[code, cta, seen, target]`` into a
+pinned host status block and leaves the kernel; the host raises on its next call
+(see ``LogitsGather.check``). The timer is ``%globaltimer``, made uniform across
+the CTA with a reduction so no thread diverges from the barrier.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import globaltimer
+
+ARRIVE = tl.constexpr(0)
+READY = tl.constexpr(1)
+CALLS = tl.constexpr(2)
+GCALLS = tl.constexpr(3)
+FLAG_ROWS = 4
+TIMEOUT_AT_EXIT = tl.constexpr(1)
+TIMEOUT_AT_ENTRY = tl.constexpr(2)
+
+
+@triton.jit
+def _now(NUM_THREADS: tl.constexpr):
+    # Each thread reads its own clock; the max makes the value CTA-uniform.
+    return tl.max(tl.zeros([NUM_THREADS], tl.int64) + globaltimer(), axis=0)
+
+
+@triton.jit
+def _signal_all(peer_flags, row_off, WORLD: tl.constexpr):
+    """Adds 1 to the flag at ``row_off`` on every rank (release, system scope)."""
+    for p in tl.static_range(WORLD):
+        flags_p = tl.load(peer_flags + p).to(tl.pointer_type(tl.int32))
+        tl.atomic_add(flags_p + row_off, 1, sem="release", scope="sys")
+
+
+@triton.jit
+def _wait(flag, target, timeout_us, status, code, NUM_THREADS: tl.constexpr):
+    """Spins until ``flag - target >= 0`` (signed, wrap-safe) or the timeout."""
+    seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+    if (seen - target) < 0:
+        deadline = _now(NUM_THREADS) + timeout_us.to(tl.int64) * 1000
+        spins = 0
+        while (seen - target) < 0:
+            seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+            spins += 1
+            if (spins % 256) == 0:
+                if _now(NUM_THREADS) > deadline:
+                    tl.store(status + 1, tl.program_id(0))
+                    tl.store(status + 2, seen)
+                    tl.store(status + 3, target)
+                    tl.store(status, code)
+                    seen = target
+
+
+@triton.jit
+def _put(dst, off, x, mask, MASKED: tl.constexpr):
+    if MASKED:
+        tl.store(dst + off, x, mask=mask)
+    else:
+        tl.store(dst + off, x)
+
+
+@triton.jit(do_not_specialize=["m", "timeout_us"])
+def push_gather_kernel(
+    src,
+    d0, d1, d2, d3, d4, d5, d6, d7,
+    flags,
+    peer_flags,
+    status,
+    m,
+    timeout_us,
+    N: tl.constexpr,
+    RANK: tl.constexpr,
+    WORLD: tl.constexpr,
+    MAXC: tl.constexpr,
+    BLOCK: tl.constexpr,
+    GRAPH: tl.constexpr,
+    NUM_THREADS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    grid = tl.num_programs(0)
+    calls = tl.load(flags + CALLS * MAXC + pid)
+    if GRAPH:
+        gcalls = tl.load(flags + GCALLS * MAXC + pid)
+        _signal_all(peer_flags, READY * MAXC + pid, WORLD)
+        _wait(flags + READY * MAXC + pid, (gcalls + 1) * WORLD, timeout_us, status,
+              TIMEOUT_AT_ENTRY, NUM_THREADS)
+
+    TILES_PER_ROW: tl.constexpr = (N + BLOCK - 1) // BLOCK
+    MASKED: tl.constexpr = N % BLOCK != 0
+    ROW: tl.constexpr = WORLD * N
+    lanes = tl.arange(0, BLOCK)
+    for t in range(pid, m * TILES_PER_ROW, grid):
+        row = (t // TILES_PER_ROW).to(tl.int64)
+        cols = (t % TILES_PER_ROW) * BLOCK + lanes
+        mask = cols < N
+        if MASKED:
+            x = tl.load(src + row * N + cols, mask=mask)
+        else:
+            x = tl.load(src + row * N + cols)
+        off = row * ROW + RANK * N + cols
+        _put(d0, off, x, mask, MASKED)
+        if WORLD > 1:
+            _put(d1, off, x, mask, MASKED)
+        if WORLD > 2:
+            _put(d2, off, x, mask, MASKED)
+        if WORLD > 3:
+            _put(d3, off, x, mask, MASKED)
+        if WORLD > 4:
+            _put(d4, off, x, mask, MASKED)
+        if WORLD > 5:
+            _put(d5, off, x, mask, MASKED)
+        if WORLD > 6:
+            _put(d6, off, x, mask, MASKED)
+        if WORLD > 7:
+            _put(d7, off, x, mask, MASKED)
+
+    tl.debug_barrier()
+    _signal_all(peer_flags, ARRIVE * MAXC + pid, WORLD)
+    _wait(flags + ARRIVE * MAXC + pid, (calls + 1) * WORLD, timeout_us, status,
+          TIMEOUT_AT_EXIT, NUM_THREADS)
+    tl.store(flags + CALLS * MAXC + pid, calls + 1)
+    if GRAPH:
+        tl.store(flags + GCALLS * MAXC + pid, gcalls + 1)

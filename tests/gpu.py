@@ -1,0 +1,74 @@
+"""Shared pieces of the GPU tests: skips, rank placement, per-call data."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests.data import same_bits
+
+_BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+
+
+def _has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and _has_triton()),
+                               reason="needs a CUDA GPU and Triton")
+
+COLOCATE_ENV = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"}
+
+
+def placements(worlds: tuple[int, ...] = (2, 4, 8)) -> list:
+    """(world, colocated) cases: every world on one shared GPU, and one process
+    per GPU where there are enough GPUs (skipped otherwise)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cases = [pytest.param(w, True, id=f"tp{w}-one-gpu") for w in worlds]
+    for w in worlds:
+        mark = pytest.mark.skipif(gpus < w, reason=f"needs {w} GPUs, found {gpus}")
+        cases.append(pytest.param(w, False, id=f"tp{w}-multi-gpu", marks=mark))
+    return cases
+
+
+def rank_device(rank: int, colocated: bool) -> torch.device:
+    device = torch.device("cuda", 0 if colocated else rank)
+    torch.cuda.set_device(device)
+    return device
+
+
+def random_full(gen: torch.Generator, m: int, width: int, dtype: torch.dtype,
+                device: torch.device) -> torch.Tensor:
+    bits = _BITS[dtype]
+    info = torch.iinfo(bits)
+    raw = torch.randint(info.min, info.max + 1, (m, width), dtype=bits, device=device,
+                        generator=gen)
+    return raw.view(dtype)
+
+
+def delay_random_rank(rng: random.Random, rank: int, world: int) -> None:
+    """Puts a random rank 0-300 us behind the others (same choice on every rank)."""
+    victim, cycles = rng.randrange(world), rng.randrange(0, 600_000)
+    if rank == victim:
+        torch.cuda._sleep(cycles)
+
+
+def assert_bits(out: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    if not same_bits(out, expected):
+        diff = (out.view(_BITS[out.dtype]) != expected.view(_BITS[out.dtype])).nonzero()
+        raise AssertionError(f"{what}: {len(diff)} elements differ, first at {diff[:4].tolist()}")
+
+
+def all_ranks_ok(ok: bool, message: str) -> None:
+    """Aggregates a verdict across ranks so no rank exits early and strands peers."""
+    flags: list = [None] * dist.get_world_size()
+    dist.all_gather_object(flags, (ok, message))
+    bad = [f"rank {r}: {m}" for r, (o, m) in enumerate(flags) if not o]
+    assert not bad, "; ".join(bad)
