@@ -150,7 +150,7 @@ class LogitsGather:
 
     def _try_symm_mem(self, infos: list[Any], graphs: bool) -> tuple[Any, str | None]:
         from .kernel import FLAG_ROWS
-        from .launch import EAGER_SLOTS, GRAPH_SLOTS, PushGather
+        from .push import EAGER_SLOTS, GRAPH_SLOTS, PushGather
         from .symmetric import allocate, max_ctas
 
         ctas = max_ctas(infos)
@@ -161,7 +161,7 @@ class LogitsGather:
                                device=self.device, ctas=ctas, flag_rows=FLAG_ROWS,
                                group=self.group)
             impl = PushGather(buffers, columns=self.columns, capacity=self.capacity,
-                              world_size=self.world_size, rank=self.rank, dtype=self.dtype,
+                              world_size=self.world_size, rank=self.rank,
                               device=self.device, ctas=ctas, timeout_s=self.timeout_s,
                               graphs=graphs)
             return impl, None

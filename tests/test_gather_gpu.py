@@ -33,6 +33,14 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 POISON = -7.0
 
 
+def _misaligned(x: torch.Tensor) -> torch.Tensor:
+    flat = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
+    view = flat[1:].view(x.shape)
+    view.copy_(x)
+    assert view.is_contiguous() and view.data_ptr() % 16
+    return view
+
+
 def _soak_one(rank, world, device, dtype, columns, capacity, calls, seed) -> None:
     g = LogitsGather(columns=columns, capacity=capacity, device=device, dtype=dtype)
     assert g.backend == "symm_mem", g.backend
@@ -49,6 +57,8 @@ def _soak_one(rank, world, device, dtype, columns, capacity, calls, seed) -> Non
         gen.manual_seed(seed * 100_003 + call)
         full = random_full(gen, m, world * columns, dtype, device)
         shard = full[:, rank * columns:(rank + 1) * columns].contiguous()
+        if call % 4 == 3:  # a contiguous shard whose address is not 16-byte aligned
+            shard = _misaligned(shard)
         slot = g._impl._eager
         after = (slot + 1) % 3
         # The slot of call k + 1 held call k - 2's result; peers write it only in
