@@ -81,6 +81,9 @@ class LogitsGather:
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("LogitsGather needs torch.distributed to be initialised "
                                "(call torch.distributed.init_process_group first)")
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("LogitsGather cannot be constructed during CUDA graph capture "
+                               "(construction allocates and talks to every rank); build it first")
         self.group = group
         self.world_size: int = dist.get_world_size(group)
         self.rank: int = dist.get_rank(group)
