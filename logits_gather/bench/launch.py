@@ -1,0 +1,188 @@
+"""Starting the ranks: the run's plan, one spawned process per rank, or torchrun's.
+
+The parent never touches a GPU. It watches a queue: every rank reports a
+heartbeat at each step, then ``ok`` or its traceback. The first traceback ends
+the run (the other ranks get a short grace period, then are killed, since they
+are likely blocked in a collective with the dead rank); a rank that is silent
+for ``--stall-timeout`` seconds, or dies without a word, ends it too.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from .cli import Config, UsageError, check_divisible, parse
+
+NVLS_OFF = {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NCCL_NVLS_ENABLE": "0",
+            "NVSHMEM_DISABLE_NVLS": "1"}
+OVERLAP_ENV = "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"
+GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the ranks map onto the machine."""
+
+    mode: str        # "nccl": one GPU per rank; "colocated": all on cuda:0; "cpu"
+    tp: int
+    gpus: int        # visible GPUs
+    torchrun: bool
+
+    @property
+    def pg_backend(self) -> str:
+        return "nccl" if self.mode == "nccl" else "gloo"
+
+    def device(self, local_rank: int) -> torch.device:
+        if self.mode == "cpu":
+            return torch.device("cpu")
+        return torch.device("cuda", local_rank if self.mode == "nccl" else 0)
+
+
+def make_plan(cfg: Config, env: dict[str, str] | os._Environ = os.environ) -> Plan:
+    torchrun = "RANK" in env and "WORLD_SIZE" in env
+    world = int(env["WORLD_SIZE"]) if torchrun else None
+    if torchrun and cfg.tp is not None and cfg.tp != world:
+        raise UsageError(f"--tp {cfg.tp} disagrees with WORLD_SIZE={world} set by torchrun")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local = int(env.get("LOCAL_WORLD_SIZE", world or 0)) if torchrun else None
+    if gpus == 0:
+        mode, tp = "cpu", world or cfg.tp or 2
+    elif gpus == 1 or cfg.colocate:
+        mode, tp = "colocated", world or cfg.tp or 2
+    else:
+        mode, tp = "nccl", world or cfg.tp or gpus
+        if (local or tp) > gpus:
+            raise UsageError(f"--tp {local or tp} needs {local or tp} GPUs per host, {gpus} are "
+                             "visible; pass --colocate to put every rank on cuda:0")
+    if tp < 2:
+        raise UsageError(f"the run needs at least 2 ranks, got {tp}")
+    check_divisible(cfg.vocabs, tp)
+    return Plan(mode=mode, tp=tp, gpus=gpus, torchrun=torchrun)
+
+
+def rank_env(plan: Plan) -> dict[str, str]:
+    """Environment every rank needs before torch.distributed or CUDA start."""
+    env = dict(NVLS_OFF)
+    if plan.mode == "colocated":
+        env[OVERLAP_ENV] = "1"
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(cfg: Config, plan: Plan, rank: int, port: int, q) -> None:
+    os.environ.update(rank_env(plan))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(plan.tp), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(plan.tp), GLOO_SOCKET_IFNAME="lo")
+    try:
+        from .worker import run
+
+        run(cfg, plan, rank, beat=lambda label: q.put(("beat", rank, label)))
+        q.put(("ok", rank, None))
+    except BaseException:  # noqa: BLE001 - everything goes back to the parent
+        q.put(("error", rank, traceback.format_exc()))
+        q.close()
+        q.join_thread()
+        os._exit(1)  # skip teardown: peers may be dead, and NCCL teardown could block
+
+
+def _watch(procs, q, stall_s: float) -> list[str]:
+    """Waits for every rank; returns the problems, empty when all went well."""
+    n = len(procs)
+    done: set[int] = set()
+    errors: dict[int, str] = {}
+    last = {r: (time.monotonic(), "starting") for r in range(n)}
+    give_up_at = None
+    while len(done) + len(errors) < n:
+        try:
+            kind, rank, payload = q.get(timeout=0.5)
+            last[rank] = (time.monotonic(), payload if kind == "beat" else kind)
+            if kind == "ok":
+                done.add(rank)
+            elif kind == "error":
+                errors[rank] = f"rank {rank} raised:\n{payload}"
+                give_up_at = give_up_at or time.monotonic() + GRACE_S
+        except queue_mod.Empty:
+            pass
+        now = time.monotonic()
+        for r, p in enumerate(procs):
+            if r in done or r in errors:
+                continue
+            if p.exitcode is not None and q.empty():
+                errors[r] = f"rank {r} died with exit code {p.exitcode} at step {last[r][1]!r}"
+            elif now - last[r][0] > stall_s:
+                errors[r] = (f"rank {r} stalled: no progress for {stall_s:.0f} s after step "
+                             f"{last[r][1]!r} (killed)")
+            elif give_up_at is not None and now > give_up_at:
+                errors[r] = f"rank {r} killed after another rank failed (at step {last[r][1]!r})"
+        if errors and give_up_at is None:
+            give_up_at = now + GRACE_S
+    return [errors[r] for r in sorted(errors)]
+
+
+def spawn(cfg: Config, plan: Plan) -> int:
+    import torch.multiprocessing as mp
+
+    os.environ.update(rank_env(plan))  # inherited by the children before anything starts
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_child, args=(cfg, plan, r, port, q), daemon=True,
+                         name=f"bench-rank{r}") for r in range(plan.tp)]
+    problems: list[str] = []
+    try:
+        for p in procs:
+            p.start()
+        problems = _watch(procs, q, cfg.stall_timeout)
+    except KeyboardInterrupt:
+        problems = ["interrupted"]
+    finally:
+        deadline = time.monotonic() + (10.0 if not problems else 1.0)
+        for p in procs:
+            p.join(timeout=max(0.1, deadline - time.monotonic()))
+        stuck = [p for p in procs if p.is_alive()]
+        for p in stuck:
+            p.kill()
+            p.join(5)
+        if stuck and not problems:
+            print(f"warning: {len(stuck)} rank(s) did not exit within 10 s after finishing and "
+                  "were killed", file=sys.stderr)
+        q.close()
+        q.join_thread()
+    if problems:
+        print(f"\nbenchmark FAILED ({plan.tp} ranks, {plan.mode}):\n" + "\n".join(problems),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def in_process(cfg: Config, plan: Plan) -> int:
+    """torchrun started us: this process is one rank."""
+    os.environ.update(rank_env(plan))
+    from .worker import run
+
+    run(cfg, plan, int(os.environ["RANK"]), beat=lambda label: None)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = parse(argv)
+        plan = make_plan(cfg)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return in_process(cfg, plan) if plan.torchrun else spawn(cfg, plan)

@@ -1,0 +1,78 @@
+"""What the run ran on: GPUs, driver, library versions, host, and how the ranks were placed."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from typing import Any
+
+import torch
+
+
+def _version(dist_name: str) -> str | None:
+    try:
+        return metadata.version(dist_name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _nvidia_smi() -> dict[str, Any]:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=15, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"nvidia_smi": f"unavailable ({type(exc).__name__})"}
+    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line]
+    return {"nvidia_smi": rows, "driver": rows[0][1] if rows and len(rows[0]) > 1 else None}
+
+
+def _mps_pipe() -> bool:
+    """An MPS control daemon leaves a pipe directory; without MPS, colocated kernels
+    are time-sliced and every call costs milliseconds."""
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    return os.path.exists(os.path.join(pipe, "control"))
+
+
+def describe(ctx: Any) -> dict[str, Any]:
+    plan = ctx.plan
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "cuda_runtime": torch.version.cuda,
+        "mode": plan.mode,
+        "colocated": plan.mode == "colocated",
+        "tp": ctx.world,
+        "process_group": plan.pg_backend,
+        "launcher": "torchrun" if plan.torchrun else "spawn",
+        "gpu_count": plan.gpus,
+        "env": {k: os.environ.get(k) for k in (
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS",
+            "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "NCCL_WIN_ENABLE", "CUDA_VISIBLE_DEVICES")},
+    }
+    try:
+        import logits_gather
+
+        info["logits_gather"] = logits_gather.__version__
+    except Exception:  # noqa: BLE001 - only informative
+        info["logits_gather"] = None
+    if ctx.cuda:
+        props = torch.cuda.get_device_properties(ctx.device)
+        info.update(gpu_name=props.name, sms=props.multi_processor_count,
+                    gpu_memory_gib=round(props.total_memory / 2**30, 1), mps_pipe=_mps_pipe())
+        try:
+            version = torch.cuda.nccl.version()
+            info["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(
+                version)
+        except Exception as exc:  # noqa: BLE001
+            info["nccl"] = f"unknown ({type(exc).__name__})"
+        info.update(_nvidia_smi())
+    else:
+        info.update(gpu_name=None, cpu=platform.processor() or platform.machine(),
+                    cpu_count=os.cpu_count())
+    return info

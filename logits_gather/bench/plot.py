@@ -1,0 +1,56 @@
+"""The PNG: latency against M, one line per method, log-log, one panel per vocab size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STYLE = {"stock": ("tab:red", "-"), "nccl_symm": ("tab:orange", "-"),
+         "ce_pull": ("tab:purple", "-"), "ours": ("tab:blue", "-")}
+
+
+def plot(doc: dict[str, Any], path: str) -> str:
+    """Writes ``path``; returns a line saying what happened."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "PNG skipped: matplotlib is not installed (pip install 'logits-gather[bench]')"
+    info, results = doc["machine"], doc["results"]
+    fig, axes = plt.subplots(1, len(results), figsize=(6.4 * len(results), 4.8), squeeze=False)
+    for ax, res in zip(axes[0], results, strict=True):
+        rows = res["rows"]
+        ms = [r["m"] for r in rows]
+        for name, (color, ls) in STYLE.items():
+            pts = [(r["m"], r["device_us"][name]["median"]) for r in rows
+                   if name in r["device_us"]]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), ls, color=color, marker="o", ms=3,
+                        label=f"{name} (eager)")
+            graph = [(r["m"], r["graph_us"][name]["median"]) for r in rows
+                     if r["graph_us"].get(name, {}).get("status") == "ok"]
+            if graph:
+                ax.plot(*zip(*graph, strict=True), ":", color=color, marker="x", ms=3,
+                        label=f"{name} (graph replay)")
+        lim = [(m, r["limit_us"]) for m, r in zip(ms, rows, strict=True) if r["limit_us"]]
+        if lim:
+            ax.plot(*zip(*lim, strict=True), "--", color="black", label="limit")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ms, [str(m) for m in ms])
+        ax.set_yscale("log")
+        ax.set_xlabel("M (rows)")
+        ax.set_ylabel("µs per call" + (" (device)" if doc["timer"] == "cuda_events" else ""))
+        ax.set_title(f"V={res['vocab']} {res['dtype']}, tp={info['tp']}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    title = {"nccl": f"logits_gather: {info['tp']}x {info.get('gpu_name')}",
+             "colocated": f"logits_gather: {info['tp']} ranks sharing one {info.get('gpu_name')} "
+                          "(says nothing about NVLink)",
+             "cpu": "logits_gather: gloo ranks on CPU (says nothing about GPUs or NVLink)"}[
+        info["mode"]]
+    fig.suptitle(title, color="black" if info["mode"] == "nccl" else "darkred")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"wrote {path}"

@@ -1,0 +1,137 @@
+"""One rank: process groups, device, agreement helpers, and the run from start to report."""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .cli import Config
+from .launch import Plan
+
+
+@dataclass
+class Ctx:
+    """What every part of the benchmark needs to know about this rank."""
+
+    cfg: Config
+    plan: Plan
+    rank: int
+    world: int
+    device: torch.device
+    ctrl: Any                      # gloo group for host-side agreement
+    beat: Callable[[str], None]
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def group(self) -> Any:
+        return dist.group.WORLD
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (a host-side barrier as well)."""
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj, group=self.ctrl)
+        return out
+
+    def first_reason(self, reason: str | None) -> str | None:
+        """None when no rank has a reason, else the reasons, each naming its rank."""
+        reasons = self.gather(reason)
+        bad = [(r, why) for r, why in enumerate(reasons) if why]
+        if not bad:
+            return None
+        if len({why for _, why in bad}) == 1 and len(bad) == self.world:
+            return bad[0][1]
+        return "; ".join(f"rank {r}: {why}" for r, why in bad)
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.ctrl)
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+
+def _init(plan: Plan, rank: int, device: torch.device, timeout_s: float) -> None:
+    timeout = datetime.timedelta(seconds=max(60.0, timeout_s))
+    kwargs: dict[str, Any] = {"backend": plan.pg_backend, "timeout": timeout}
+    if plan.mode == "nccl":
+        kwargs["device_id"] = device  # eager NCCL init: mem-pool registration needs a comm
+    try:
+        dist.init_process_group(**kwargs)
+    except TypeError:
+        kwargs.pop("device_id", None)
+        dist.init_process_group(**kwargs)
+
+
+def setup(cfg: Config, plan: Plan, rank: int, beat: Callable[[str], None]) -> Ctx:
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    device = plan.device(local)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if plan.mode == "nccl" and cfg.nccl_symm_route == "symm_mem" and "nccl_symm" in cfg.methods:
+        # process-global and fixed at the first allocation: must precede ours' buffers
+        import torch.distributed._symmetric_memory as symm_mem
+
+        symm_mem.set_backend("NCCL")
+    beat("init_process_group")
+    _init(plan, rank, device, cfg.stall_timeout)
+    world = dist.get_world_size()
+    ctrl = dist.new_group(backend="gloo") if plan.pg_backend != "gloo" else dist.group.WORLD
+    return Ctx(cfg=cfg, plan=plan, rank=dist.get_rank(), world=world, device=device, ctrl=ctrl,
+               beat=beat)
+
+
+def run(cfg: Config, plan: Plan, rank: int, beat: Callable[[str], None]) -> None:
+    warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*deprecated.*")
+    ctx = setup(cfg, plan, rank, beat)
+    try:
+        with torch.inference_mode():
+            _run(ctx)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _run(ctx: Ctx) -> None:
+    from . import machine, report
+    from .probes import WorldSizeOne, release_all
+    from .progress import Progress
+    from .suite import bench_vocab, limit_probes
+    from .timing import make_clock
+
+    cfg = ctx.cfg
+    if cfg.fail_rank == ctx.rank:
+        raise RuntimeError(f"--fail-rank {cfg.fail_rank}: this rank fails on purpose")
+    info = machine.describe(ctx) if ctx.rank == 0 else None
+    if ctx.rank == 0:
+        report.preamble(info, ctx)
+    clock = make_clock(ctx)
+    results = []
+    with Progress(total=len(cfg.vocabs) * (len(cfg.rows) + 1) + 1, enabled=ctx.rank == 0) as bar:
+        bar.label("limit probes")
+        push, barrier = limit_probes(ctx, clock)
+        ws1 = WorldSizeOne(ctx) if ctx.cuda and cfg.host else None
+        bar.step()
+        side = {"push": push, "barrier": barrier, "ws1": ws1}
+        for vocab in cfg.vocabs:
+            results.append(bench_vocab(ctx, clock, vocab, bar, side))
+            gc.collect()
+    ctx.beat("report")
+    ctx.barrier()
+    if ctx.rank == 0:
+        report.finish(info, ctx, results)
+    ctx.sync()
+    ctx.barrier()
+    release_all()  # every rank at once: no peer is still writing into what is freed
+    ctx.sync()
+    ctx.barrier()

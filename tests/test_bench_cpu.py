@@ -1,0 +1,95 @@
+"""``python -m logits_gather.bench`` end to end on CPU (gloo ranks, tiny sizes), as a
+subprocess: exit code, table, JSON, correctness verdicts, PNG, and the failure paths."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--tp", "2", "--rows", "1,3", "--vocab", "1024", "--dtype", "fp32", "--quick"]
+
+
+def _run(args: list[str], cwd: Path, *, module: list[str] | None = None,
+         timeout: float = 100) -> subprocess.CompletedProcess:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", GLOO_SOCKET_IFNAME="lo",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, *(module or ["-m", "logits_gather.bench"]), *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _check_outputs(proc: subprocess.CompletedProcess, out: Path) -> None:
+    text = proc.stdout
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "mode: CPU, 2 gloo ranks" in text and "say nothing about GPUs or NVLink" in text
+    header = [c.strip() for c in next(line for line in text.splitlines()
+                                      if line.startswith("M |")).split("|")]
+    assert header == ["M", "stock", "nccl_symm", "ce_pull", "ours", "limit", "ours GB/s",
+                      "vs stock", "% of limit"]
+    table_rows = [line.split("|")[0].strip() for line in text.splitlines()
+                  if line.split("|")[0].strip().isdigit()]
+    assert table_rows == ["1", "3"]
+    assert "WRONG" not in text
+
+    doc = json.loads((out / "bench_tp2_cpu_fp32.json").read_text())
+    machine = doc["machine"]
+    for key in ("hostname", "torch", "triton", "tp", "colocated", "mode", "gpu_count",
+                "gpu_name"):
+        assert key in machine, key
+    assert (machine["tp"], machine["mode"], machine["colocated"]) == (2, "cpu", False)
+    assert machine["env"]["NCCL_NVLS_ENABLE"] == "0"
+    assert doc["config"]["rows"] == [1, 3] and doc["timer"] == "perf_counter"
+    (res,) = doc["results"]
+    status = res["methods"]
+    assert status["stock"]["status"] == "ok" and status["ours"]["status"] == "ok"
+    assert "backend torch.distributed" in status["ours"]["detail"]
+    assert status["nccl_symm"]["status"] == "unavailable" and status["nccl_symm"]["reason"]
+    assert status["ce_pull"]["status"] == "unavailable" and "CUDA" in status["ce_pull"]["reason"]
+    assert status["limit"]["status"] == "ok" and res["limit"]["gbps"] > 0
+    for row, m in zip(res["rows"], (1, 3), strict=True):
+        assert row["m"] == m and row["egress_bytes"] == m * 512 * 4
+        for name in ("stock", "ours"):
+            timing = row["device_us"][name]
+            assert timing["median"] > 0 and len(timing["per_rank"]) == 2
+            assert len(timing["passes"]) == 2 and timing["spread_pct"] is not None
+        assert row["limit_us"] > 0 and row["ours_gbps"] > 0 and row["speedup_vs_stock"] > 0
+    assert res["targets"]["ours_host_us"] is None  # host cost needs CUDA
+
+    png = out / "bench_tp2_cpu_fp32.png"
+    if importlib.util.find_spec("matplotlib") is None:
+        assert "PNG skipped: matplotlib is not installed" in text
+    else:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_spawned_cpu_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _check_outputs(_run([*TINY, "--out", str(out)], tmp_path), out)
+
+
+def test_under_torchrun(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _run([*TINY, "--out", str(out)], tmp_path,
+                module=["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        "-m", "logits_gather.bench"])
+    _check_outputs(proc, out)
+    assert json.loads((out / "bench_tp2_cpu_fp32.json").read_text())["machine"][
+        "launcher"] == "torchrun"
+
+
+def test_vocab_not_divisible(tmp_path: Path) -> None:
+    proc = _run(["--tp", "2", "--vocab", "1024,1023", "--rows", "1"], tmp_path, timeout=50)
+    assert proc.returncode == 2
+    assert "--vocab 1023 is not divisible by --tp 2" in proc.stderr
+
+
+def test_failing_rank_surfaces(tmp_path: Path) -> None:
+    proc = _run([*TINY, "--out", str(tmp_path), "--fail-rank", "1"], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "rank 1 raised" in proc.stderr
+    assert "RuntimeError: --fail-rank 1: this rank fails on purpose" in proc.stderr
