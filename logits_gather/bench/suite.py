@@ -101,7 +101,7 @@ def _row(ctx: Any, clock: Any, data: InputSets, methods: dict[str, Method], ws1:
         for name in costs:
             row["host_us"][name] = summarize([[[c[name]]] for c in ctx.gather(costs)])
     if ctx.cuda and cfg.graphs:
-        for name in (n for n in GRAPHED if n in methods and methods[name].graphable):
+        for name in (n for n in GRAPHED if n in methods and methods[n].graphable):
             ctx.beat(f"M={m} {name} graph")
             row["graph_us"][name] = _graph(ctx, clock, data, methods[name], xs[name], m,
                                            est[name], row["device_us"][name]["median"])
