@@ -1,0 +1,97 @@
+"""Vocab-parallel greedy, sampling and logprobs without gathering the logits.
+
+Each rank holds ``shard`` ``[M, N]``: columns ``rank * N .. rank * N + N - 1`` of
+the ``[M, W * N]`` logits. Each operation reduces its shard locally and ends in
+one all-gather of a few values per row (``[M, 4 .. 260]`` fp32, through a small
+:class:`~logits_gather.LogitsGather`: the symmetric-memory kernel on GPUs, the
+torch.distributed fallback elsewhere), then merges identically on every rank.
+
+- :func:`greedy` equals ``torch.argmax`` of the gathered logits (ties: lowest
+  id; NaN: the first NaN).
+- :func:`sample` equals :func:`reference.sample` on the gathered logits bit for
+  bit at every tp: Gumbel-max with counter-based noise keyed by
+  ``(seed[row], global column)``; top-k keeps every logit ``>=`` the k-th largest.
+  ``top_k <= 64`` costs one exchange; larger ``top_k`` adds four ``[M, 256]``
+  exchanges (radix select).
+- :func:`logprobs` is within ``1e-6 * (1 + |ref|)`` of the exact log_softmax and
+  within ``2e-5 * (1 + |ref|)`` of ``torch.log_softmax(gathered.float(), 1)``.
+
+The module functions use a :class:`VocabParallelSampler` cached per
+``(group, device, N)``. Its first use, a larger ``M`` than seen so far, and a
+new ``top_k``/``top_n`` build exchanges collectively: every rank must make the
+same calls with the same ``M``, ``top_k`` and ``top_n``. For CUDA graphs, build a
+:class:`VocabParallelSampler` yourself and run each variant once before capture.
+Allocation per call: the outputs and torch's temporaries (the ``[M, N]`` noise
+and scores in ``sample``), all from the caching allocator; payloads and
+exchange buffers are preallocated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import checks, exchange, rng
+from .sampler import MAX_CANDIDATES, Logprobs, VocabParallelSampler
+
+_samplers: dict[tuple[Any, ...], VocabParallelSampler] = {}
+
+
+def _world(group: dist.ProcessGroup | None) -> int:
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("logits_gather.sampling needs torch.distributed to be initialised "
+                           "(call torch.distributed.init_process_group first)")
+    return dist.get_world_size(group)
+
+
+def cached_sampler(shard: torch.Tensor,
+                   group: dist.ProcessGroup | None = None) -> VocabParallelSampler:
+    """The sampler the module functions use for ``shard``; collective when it is new."""
+    _world(group)
+    m = checks.shard(shard)
+    key = (exchange._group_key(group), shard.device, shard.shape[1])
+    sampler = _samplers.get(key)
+    if sampler is None:
+        capacity = 1 << max(m - 1, 1).bit_length()
+        sampler = VocabParallelSampler(shard.shape[1], capacity, group, shard.device)
+        sampler._grow = True
+        _samplers[key] = sampler
+    return sampler
+
+
+def greedy(shard: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Global argmax ``[M]`` of the gathered logits; see :meth:`VocabParallelSampler.greedy`."""
+    _world(group)
+    checks.shard(shard)
+    return cached_sampler(shard, group).greedy(shard)
+
+
+def sample(shard: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor,
+           group: dist.ProcessGroup | None = None, top_k: int | None = None) -> torch.Tensor:
+    """Sampled token ids ``[M]``; see :meth:`VocabParallelSampler.sample`."""
+    m = checks.shard(shard)
+    vocab = _world(group) * shard.shape[1]
+    t = checks.temperature(temperature, m, shard.device, True)
+    keys = rng.row_keys(checks.seed(seed, m, shard.device))
+    k = checks.top_k(top_k, vocab)
+    sampler = cached_sampler(shard, group)
+    sampler._rows(shard)
+    return sampler._sample(shard, t, keys, k)
+
+
+def logprobs(shard: torch.Tensor, token_ids: torch.Tensor,
+             group: dist.ProcessGroup | None = None, top_n: int = 0) -> Logprobs:
+    """Token logprobs and optional top-n; see :meth:`VocabParallelSampler.logprobs`."""
+    m = checks.shard(shard)
+    vocab = _world(group) * shard.shape[1]
+    ids = checks.token_ids(token_ids, m, vocab, shard.device, True)
+    n = checks.top_n(top_n, vocab)
+    sampler = cached_sampler(shard, group)
+    sampler._rows(shard)
+    return sampler._logprobs(shard, ids, n)
+
+
+__all__ = ["MAX_CANDIDATES", "Logprobs", "VocabParallelSampler", "cached_sampler", "greedy",
+           "logprobs", "sample"]

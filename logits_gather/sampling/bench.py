@@ -1,0 +1,202 @@
+"""python -m logits_gather.sampling.bench: sampling from shards vs from gathered logits.
+
+Methods, per operation (greedy, sample, sample top_k=50, logprobs) and per M:
+
+* ``shard``: :class:`VocabParallelSampler` on the ``[M, V/W]`` shard (one small exchange).
+* ``gather``: our ``LogitsGather`` to ``[M, V]``, then the same operation in torch
+  (:mod:`.reference`: argmax, Gumbel-max with the same noise, log_softmax).
+* ``stock``: ``all_gather_into_tensor`` + permute to ``[M, V]``, then the same torch ops.
+
+Protocol: methods are interleaved inside every repetition; each repetition
+synchronises, barriers, then times a burst of ``--iters`` calls (CUDA events
+on GPU, ``perf_counter`` on CPU); the table shows the median over repetitions
+of the per-call time, then the max over ranks. ``--graphs`` captures one call
+per method in a CUDA graph and times replays (no host launch overhead).
+
+Traps: colocated ranks (several ranks on one GPU) share SMs and memory
+bandwidth, and their "peer" copies never touch NVLink, so those timings say
+nothing about a real tp run; NCCL refuses colocated ranks, so ``stock`` is
+unavailable there. The sampler runs with ``check_values=False`` (no host sync).
+Eager timings of small ops measure host launch overhead as much as the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+OPS = ("greedy", "sample", "sample_k50", "logprobs")
+METHODS = ("shard", "gather", "stock")
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+NVLS_OFF = {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NCCL_NVLS_ENABLE": "0",
+            "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def _ops(sampler, lg, stock_ok: bool, world: int, shard, temp, seeds, ids):
+    """{method: {op: zero-argument callable}} for one M."""
+    from . import reference
+
+    m, n = shard.shape
+    staging = torch.empty(world * m, n, dtype=shard.dtype, device=shard.device)
+
+    def stock():
+        _all_gather(staging, shard)
+        return staging.view(world, m, n).permute(1, 0, 2).reshape(m, world * n)
+
+    def on_full(full):
+        return {"greedy": lambda: reference.greedy(full()),
+                "sample": lambda: reference.sample(full(), temp, seeds),
+                "sample_k50": lambda: reference.sample(full(), temp, seeds, 50),
+                "logprobs": lambda: reference.logprobs(full(), ids)}
+
+    table = {"shard": {"greedy": lambda: sampler.greedy(shard),
+                       "sample": lambda: sampler.sample(shard, temp, seeds),
+                       "sample_k50": lambda: sampler.sample(shard, temp, seeds, 50),
+                       "logprobs": lambda: sampler.logprobs(shard, ids)},
+             "gather": on_full(lambda: lg(shard))}
+    if stock_ok:
+        table["stock"] = on_full(stock)
+    return table
+
+
+def _burst(fn, iters: int, device: torch.device) -> float:
+    """Microseconds per call over a burst of ``iters`` calls."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    if not cuda:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) * 1e6 / iters
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / iters
+
+
+def _graphed(fn):
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
+    os.environ.update(NVLS_OFF, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    device, colocated = torch.device("cpu"), False
+    if args.device == "cuda":
+        colocated = torch.cuda.device_count() < world
+        device = torch.device("cuda", 0 if colocated else rank)
+        torch.cuda.set_device(device)
+        if colocated:
+            os.environ["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
+    backend = "nccl" if device.type == "cuda" and not colocated else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    from logits_gather import LogitsGather
+
+    from .sampler import VocabParallelSampler
+
+    n, cap = args.vocab // world, max(args.rows)
+    sampler = VocabParallelSampler(n, cap, device=device, check_values=False)
+    lg = LogitsGather(n, cap, device=device, dtype=torch.bfloat16)
+    gen = torch.Generator().manual_seed(1234 + rank)
+    results = {}
+    for m in args.rows:
+        shard = (torch.randn(m, n, generator=gen) * 3).to(torch.bfloat16).to(device)
+        temp = torch.full((m,), 0.8, device=device)
+        seeds = torch.arange(m, device=device)
+        ids = torch.randint(0, n * world, (m,), generator=torch.Generator().manual_seed(m))
+        table = _ops(sampler, lg, not colocated, world, shard, temp, seeds, ids.to(device))
+        for fns in table.values():  # warm up: builds exchanges, compiles kernels
+            for fn in fns.values():
+                fn()
+        if args.graphs and device.type == "cuda":
+            table = {k: {op: _graphed(fn) for op, fn in fns.items()} for k, fns in table.items()}
+        times: dict[tuple[str, str], list[float]] = {}
+        for _ in range(args.reps):
+            for op in OPS:
+                for method, fns in table.items():
+                    times.setdefault((op, method), []).append(_burst(fns[op], args.iters, device))
+        results[m] = {f"{op}/{method}": statistics.median(v) for (op, method), v in times.items()}
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, results)
+    if rank == 0:
+        _report(args, world, device, colocated, sampler.backend, lg.backend, everyone)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _report(args, world, device, colocated, sampler_backend, lg_backend, everyone) -> None:
+    rows = {m: {k: max(r[m][k] for r in everyone) for k in everyone[0][m]} for m in args.rows}
+    where = (f"{world} ranks on {device.type}" + (" (colocated on one GPU)" if colocated else "")
+             + f", V={args.vocab}, bf16, exchange={sampler_backend}, gather={lg_backend}"
+             + (", CUDA graphs" if args.graphs and device.type == "cuda" else ", eager"))
+    print(where)
+    if colocated:
+        print("NOTE: colocated ranks share one GPU: these timings say nothing about NVLink; "
+              "stock (NCCL) is unavailable with colocated ranks.")
+    print(f"{'op':<11}{'M':>5}" + "".join(f"{m + ' us':>12}" for m in METHODS)
+          + f"{'x gather':>10}{'x stock':>10}")
+    for op in OPS:
+        for m in args.rows:
+            t = {meth: rows[m].get(f"{op}/{meth}") for meth in METHODS}
+            cells = "".join(f"{v:>12.1f}" if v else f"{'n/a':>12}" for v in t.values())
+            ratios = "".join(f"{t[b] / t['shard']:>9.1f}x" if t[b] else f"{'n/a':>10}"
+                             for b in ("gather", "stock"))
+            print(f"{op:<11}{m:>5}{cells}{ratios}")
+    if 64 in rows:
+        ratio = rows[64]["greedy/gather"] / rows[64]["greedy/shard"]
+        print(f"greedy at M=64: shard is {ratio:.1f}x faster than gather + torch.argmax "
+              "(goal on multi-GPU: >= 5x)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"setup": where, "world": world, "us": rows}, f, indent=1)
+        print(f"wrote {args.json}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--world-size", type=int, default=None,
+                   help="ranks (default: GPU count if > 1, else 2)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--rows", default="1,4,16,64,256", help="comma-separated M values")
+    p.add_argument("--vocab", type=int, default=151552)
+    p.add_argument("--iters", type=int, default=None, help="calls per burst (GPU 50, CPU 2)")
+    p.add_argument("--reps", type=int, default=None, help="bursts per method (GPU 15, CPU 3)")
+    p.add_argument("--graphs", action="store_true", help="time CUDA graph replays (GPU only)")
+    p.add_argument("--json", default=None, help="also write the table here")
+    args = p.parse_args(argv)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    gpu = args.device == "cuda"
+    gpus = torch.cuda.device_count() if gpu else 0
+    world = args.world_size or (gpus if gpus > 1 else 2)
+    args.rows = [int(m) for m in args.rows.split(",")]
+    args.iters = args.iters or (50 if gpu else 2)
+    args.reps = args.reps or (15 if gpu else 3)
+    if args.vocab % world:
+        p.error(f"--vocab {args.vocab} is not divisible by --world-size {world}")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_worker, args=(world, args, port), nprocs=world, start_method="spawn")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Per-shard reductions (``pack_*``) and cross-rank merges (``combine_*``); no communication.
+
+A ``pack_*`` function writes a rank's contribution into a row of its fp32
+payload; the exchange gathers the payloads into ``g`` ``[M, W, width]``; the
+matching ``combine_*`` computes, identically on every rank, the answer for the
+whole vocabulary. Payload columns (fp32 units; int64 fields take two):
+
+==========  ============================================================
+greedy      0: row max in the shard's dtype, 2-3: its local index (int64)
+best        0-3 greedy, 4: best fp32 score, 6-7: its local index (int64)
+candidates  0-3 greedy, then ``room >= k`` values, scores, indices (int64)
+logprobs    0: max, 1: sum exp(x - max), 2: token logit, 4..: top-n keys (int64)
+==========  ============================================================
+
+Ties go to the lowest global index everywhere. ``torch.max``/``argmax`` return
+the first maximal (or first NaN) element, ranks are merged in rank order, and
+rank ``r`` holds the global columns ``r * N .. r * N + N - 1``, so composing the
+per-shard and the cross-rank reduction is exactly the reduction over the row.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NEG_INF = float("-inf")
+BIG = 1 << 62
+GREEDY_WIDTH = 4
+BEST_WIDTH = 8
+_LOW32 = (1 << 32) - 1
+_CANONICAL_NAN = 0x7FC00000
+
+
+def slots(count: int, cap: int) -> int:
+    """Payload slots for ``count`` entries: the next power of two, at most ``cap``.
+
+    Bucketing bounds the number of exchange widths (each one is a collective
+    setup and a kernel compile); unused slots hold padding that never wins.
+    """
+    return min(1 << max(count - 1, 0).bit_length(), cap) if count else 0
+
+
+def candidates_width(room: int) -> int:
+    return GREEDY_WIDTH + 4 * room
+
+
+def logprobs_width(room: int) -> int:
+    return 4 + 2 * room
+
+
+def _i64(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int64)
+
+
+def _pick(values: torch.Tensor, index: torch.Tensor, columns: int) -> torch.Tensor:
+    """``[M, W]`` per-rank winners -> ``[M]`` global ids of the first maximal one."""
+    r = values.argmax(1, keepdim=True)
+    return torch.add(index.gather(1, r), r, alpha=columns).squeeze(1)
+
+
+def pack_greedy(shard: torch.Tensor, payload: torch.Tensor) -> None:
+    torch.max(shard, 1, out=(payload.view(shard.dtype)[:, 0], _i64(payload)[:, 1]))
+
+
+def combine_greedy(g: torch.Tensor, dtype: torch.dtype,
+                   columns: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns the global argmax ``[M]`` and the per-rank maxima ``[M, W]``."""
+    values = g.view(dtype)[..., 0]
+    return _pick(values, _i64(g)[..., 1], columns), values
+
+
+def pack_best(scores: torch.Tensor, payload: torch.Tensor) -> None:
+    torch.max(scores, 1, out=(payload[:, 4], _i64(payload)[:, 3]))
+
+
+def combine_best(g: torch.Tensor, columns: int) -> torch.Tensor:
+    return _pick(g[..., 4], _i64(g)[..., 3], columns)
+
+
+def _candidate_fields(p: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+    w = GREEDY_WIDTH
+    return p[..., w:w + k], p[..., w + k:w + 2 * k], _i64(p)[..., w // 2 + k:w // 2 + 2 * k]
+
+
+def pack_candidates(xf: torch.Tensor, scores: torch.Tensor, k: int, room: int,
+                    payload: torch.Tensor) -> None:
+    """The shard's part of the top-k sample: ``room`` (value, score, index) slots.
+
+    Sends the ``k`` largest logits with their scores and indices. Every logit
+    above the shard's k-th largest ``t`` is among them, but logits equal to
+    ``t`` may be more than were sent; so each sent entry equal to ``t`` carries
+    the best score (lowest index among equals) of all the shard's logits equal
+    to ``t`` instead of its own. Shards narrower than ``k`` send everything.
+    Slots left over (``room >= k``, see :func:`slots`) hold ``-inf`` values and
+    scores and index ``BIG``, which never win.
+    """
+    kk = min(k, xf.shape[1])
+    values, sc, index = _candidate_fields(payload, room)
+    if kk < room:
+        values[:, kk:].fill_(NEG_INF)
+        sc[:, kk:].fill_(NEG_INF)
+        index[:, kk:].fill_(BIG)
+        values, sc, index = values[:, :kk], sc[:, :kk], index[:, :kk]
+    torch.topk(xf, kk, 1, out=(values, index))
+    t = values[:, kk - 1:]
+    torch.gather(scores, 1, index, out=sc)
+    tie_score, tie_index = torch.where(xf == t, scores, NEG_INF).max(1, keepdim=True)
+    at_t = values == t
+    sc.copy_(torch.where(at_t, tie_score, sc))
+    index.copy_(torch.where(at_t, tie_index, index))
+
+
+def combine_candidates(g: torch.Tensor, k: int, room: int,
+                       offsets: torch.Tensor) -> torch.Tensor:
+    """Global k-th largest ``t`` of the sent logits, then the best score among
+    logits ``>= t`` (lowest global index on equal scores)."""
+    m, w, _ = g.shape
+    values, sc, index = _candidate_fields(g, room)
+    values, sc = values.reshape(m, w * room), sc.reshape(m, w * room)
+    index = (index + offsets).reshape(m, w * room)
+    t = values.topk(k, 1).values[:, k - 1:]
+    keep = values >= t
+    best = sc.masked_fill(~keep, NEG_INF).amax(1, keepdim=True)
+    return index.masked_fill(~(keep & (sc == best)), BIG).amin(1)
+
+
+def sort_keys(xf: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+    """int64 keys ordered like (logit descending, global index ascending).
+
+    The high 32 bits are the fp32 bits mapped to an order-preserving signed
+    int (``-0.0`` as ``+0.0``, every NaN as one NaN above ``+inf``, as
+    ``torch.sort`` orders them); ``low`` is ``2**32 - 1 - global index``.
+    """
+    bits = xf.add(0.0).view(torch.int32).to(torch.int64)
+    bits.masked_fill_(xf.isnan(), _CANONICAL_NAN)
+    bits = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return bits.mul_(1 << 32).add_(low)
+
+
+def decode_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sort_keys`` back to (fp32 logits, global ids)."""
+    hi = keys >> 32
+    bits = torch.where(hi < 0, hi ^ 0x7FFFFFFF, hi).to(torch.int32)
+    return bits.view(torch.float32), _LOW32 - (keys & _LOW32)
+
+
+def pack_logprobs(xf: torch.Tensor, local_ids: torch.Tensor, n: int, room: int,
+                  payload: torch.Tensor, low: torch.Tensor) -> None:
+    m, columns = xf.shape
+    row_max = payload[:, 0]
+    torch.amax(xf, 1, out=row_max)
+    # A shard of -inf contributes exp(-inf) = 0, not exp(-inf - -inf) = NaN.
+    shift = row_max.masked_fill(row_max == NEG_INF, 0.0)
+    torch.sum(torch.sub(xf, shift[:, None]).exp_(), 1, out=payload[:, 1])
+    torch.gather(xf, 1, local_ids.clamp(0, columns - 1)[:, None], out=payload[:, 2:3])
+    if n:
+        keys = _i64(payload)[:, 2:2 + room]
+        nn = min(n, columns)
+        keys[:, nn:].fill_(torch.iinfo(torch.int64).min)
+        keys[:, :nn].copy_(sort_keys(xf, low).topk(nn, 1, sorted=False).values)
+
+
+def combine_logprobs(g: torch.Tensor, token_ids: torch.Tensor, n: int, room: int,
+                     columns: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Returns (token logprobs ``[M]``, top ids ``[M, n]``, top logprobs ``[M, n]``)."""
+    m, w, _ = g.shape
+    row_max, sums, logit = g[..., 0], g[..., 1], g[..., 2]
+    big = row_max.amax(1, keepdim=True)
+    log_sum = sums.mul(torch.sub(row_max, big).exp_()).sum(1, keepdim=True).log_()
+    owner = torch.div(token_ids, columns, rounding_mode="floor")[:, None]
+    token_lp = logit.gather(1, owner).sub_(big).sub_(log_sum).squeeze(1)
+    if not n:
+        empty = torch.empty(m, 0, device=g.device)
+        return token_lp, empty.long(), empty
+    keys = _i64(g)[..., 2:2 + room].reshape(m, w * room).topk(n, 1).values
+    values, ids = decode_keys(keys)
+    return token_lp, ids, values.sub(big).sub_(log_sum)

@@ -1,0 +1,78 @@
+"""Counter-based Gumbel noise from integer torch ops.
+
+The noise of row ``i``, global vocabulary column ``j`` is a pure function of
+``(seed[i], j)``: a SplitMix64 step. The row key is ``fmix(seed)`` (the SplitMix64
+finaliser), the counter is ``(j + 1) * GAMMA`` (the Weyl increment), and the
+output is the top bits of ``fmix(key + counter)``. Every rank computes only its
+own columns, and gets exactly the numbers a single process would get for the
+same columns of the gathered row: that is what makes vocab-parallel sampling
+reproduce tp=1 bit for bit.
+
+Everything is done in int64 with wrapping multiplies; logical right shifts are
+arithmetic shifts followed by a mask. The uniform keeps 23 bits, on the grid
+``(h + 0.5) / 2**23``, so it lies strictly inside (0, 1), has a symmetric
+distribution, and converts to fp32 exactly; the Gumbel noise ``-log(-log(u))``
+therefore lies in about [-2.81, 16.6]. The only floating-point steps are
+``log`` (twice), the temperature division and one subtraction, which torch
+evaluates per element independently of tensor shape on a given device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _signed(c: int) -> int:
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+GAMMA = _signed(0x9E3779B97F4A7C15)
+MIX1 = _signed(0xBF58476D1CE4E5B9)
+MIX2 = _signed(0x94D049BB133111EB)
+UNIFORM_BITS = 23
+
+
+def _xorshift_(z: torch.Tensor, shift: int) -> torch.Tensor:
+    """``z ^= z >>> shift`` (logical shift) in place."""
+    return z.bitwise_xor_(torch.bitwise_right_shift(z, shift).bitwise_and_((1 << 64 - shift) - 1))
+
+
+def row_keys(seed: torch.Tensor) -> torch.Tensor:
+    """``[M]`` integer seeds -> ``[M, 1]`` int64 stream keys (SplitMix64 finaliser)."""
+    z = seed.to(torch.int64).reshape(-1, 1).mul(GAMMA)
+    _xorshift_(z, 30).mul_(MIX1)
+    _xorshift_(z, 27).mul_(MIX2)
+    return _xorshift_(z, 31)
+
+
+def column_counters(start: int, columns: int, device: torch.device | str) -> torch.Tensor:
+    """Weyl counters ``(j + 1) * GAMMA`` for global columns ``start .. start + columns - 1``."""
+    j = torch.arange(start + 1, start + columns + 1, dtype=torch.int64, device=device)
+    return j.mul_(GAMMA)
+
+
+def neg_log_neg_log_uniform(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """``log(-log(u))`` (minus the Gumbel noise) as fp32 ``[M, len(counters)]``."""
+    z = keys + counters
+    _xorshift_(z, 30).mul_(MIX1)
+    _xorshift_(z, 27).mul_(MIX2)
+    # The top bits of the last multiply are the best mixed; the final xorshift
+    # of SplitMix64 would not change them.
+    z.bitwise_right_shift_(64 - UNIFORM_BITS).bitwise_and_((1 << UNIFORM_BITS) - 1)
+    u = z.to(torch.float32).add_(0.5).mul_(2.0 ** -UNIFORM_BITS)
+    return u.log_().neg_().log_()
+
+
+def perturbed(logits: torch.Tensor, temperature: torch.Tensor, keys: torch.Tensor,
+              counters: torch.Tensor) -> torch.Tensor:
+    """Gumbel-perturbed scores ``logits / T + G`` in fp32; ``argmax`` samples softmax(logits/T).
+
+    ``temperature`` is ``[M, 1]`` fp32 and must be > 0 (rows with T == 0 are the
+    caller's business). The same call on a column slice gives the same bits as
+    the matching columns of the call on the whole row.
+    """
+    scores = logits.to(torch.float32).div(temperature)
+    return scores.sub_(neg_log_neg_log_uniform(keys, counters))
+
+
+__all__ = ["column_counters", "neg_log_neg_log_uniform", "perturbed", "row_keys"]

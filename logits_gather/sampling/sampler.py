@@ -1,0 +1,174 @@
+"""VocabParallelSampler: greedy, sample and logprobs on vocab shards, one exchange each."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+
+from ..gather import _resolve_device
+from . import checks, exchange, ops, rng, select
+
+MAX_CANDIDATES = 64
+"""``top_k`` up to this sends candidates (one exchange); larger ``top_k`` uses radix select."""
+
+
+class Logprobs(NamedTuple):
+    """``logprobs[i]`` = log_softmax(row i)[token_ids[i]] (fp32); ``top_ids``/``top_logprobs``
+    are the ``top_n`` largest logits of each row, largest first, ties by lower id."""
+
+    logprobs: torch.Tensor
+    top_ids: torch.Tensor
+    top_logprobs: torch.Tensor
+
+
+class VocabParallelSampler:
+    """Sampling operations on ``[M, columns]`` vocab shards; rank ``r`` holds global
+    columns ``r * columns .. (r + 1) * columns - 1``.
+
+    Construction is collective over ``group`` (all ranks, same arguments): it
+    builds the exchanges for :meth:`greedy`, :meth:`sample` without ``top_k``
+    and :meth:`logprobs` without ``top_n``. The first call with a new ``top_k``
+    (1..64) or ``top_n`` builds one more exchange, collectively, so every rank
+    must pass the same ``M``, ``top_k`` and ``top_n``; run each variant once
+    before capturing a CUDA graph. ``backend`` is passed to
+    :class:`~logits_gather.LogitsGather`. ``check_values=False`` skips the
+    value checks (one host sync per call; they are also skipped during capture).
+    """
+
+    def __init__(self, columns: int, capacity: int, group: dist.ProcessGroup | None = None,
+                 device: torch.device | str | int | None = None, *, backend: str = "auto",
+                 check_values: bool = True) -> None:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("VocabParallelSampler needs torch.distributed to be initialised "
+                               "(call torch.distributed.init_process_group first)")
+        checks.construction(columns, capacity, backend)
+        device, problems = _resolve_device(device)
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.group = group
+        self.world_size: int = dist.get_world_size(group)
+        self.rank: int = dist.get_rank(group)
+        self.columns = columns
+        self.vocab = columns * self.world_size
+        self.capacity = capacity
+        self.device: torch.device = device
+        self.check_values = bool(check_values)
+        self._backend = backend
+        self._grow = False
+        start = self.rank * columns
+        self._offsets = torch.arange(self.world_size, device=device).mul_(columns)[:, None]
+        self._counters = rng.column_counters(start, columns, device)
+        self._low = torch.arange(start, start + columns, dtype=torch.int64, device=device)
+        self._low.neg_().add_((1 << 32) - 1)
+        self._exchanges: dict[int, exchange.Exchange] = {}
+        for width in (ops.GREEDY_WIDTH, ops.BEST_WIDTH):
+            self._exchange(width, capacity)
+
+    @property
+    def backend(self) -> str:
+        """The exchanges' backend: ``"symm_mem"`` or ``"torch.distributed"``."""
+        return self._exchange(ops.GREEDY_WIDTH, 1).backend
+
+    def _exchange(self, width: int, rows: int) -> exchange.Exchange:
+        ex = self._exchanges.get(width)
+        if ex is None or ex.capacity < rows:
+            ex = exchange.get(width, rows, self.group, self.device, self._backend,
+                              capacity=max(rows, self.capacity))
+            self._exchanges[width] = ex
+        return ex
+
+    def _rows(self, shard: torch.Tensor) -> int:
+        m = checks.shard(shard, columns=self.columns, device=self.device,
+                         capacity=None if self._grow else self.capacity)
+        if m > self.capacity:  # only when growing: double, so growth stays rare
+            self.capacity = max(1 << (m - 1).bit_length(), 2 * self.capacity)
+        return m
+
+    # -- greedy ---------------------------------------------------------------------------
+    def greedy(self, shard: torch.Tensor) -> torch.Tensor:
+        """Global argmax ``[M]`` (int64) of the gathered rows, exactly ``torch.argmax``:
+        the lowest global id among equal maxima, the first NaN if a row has one."""
+        m = self._rows(shard)
+        ex = self._exchange(ops.GREEDY_WIDTH, m)
+        ops.pack_greedy(shard, ex.payload[:m])
+        return ops.combine_greedy(ex.send(m), shard.dtype, self.columns)[0]
+
+    # -- sample ---------------------------------------------------------------------------
+    def sample(self, shard: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor,
+               top_k: int | None = None) -> torch.Tensor:
+        """Token ``[M]`` (int64) drawn from softmax(logits / T), optionally restricted to
+        the logits ``>=`` the row's k-th largest (ties at the k-th value are all kept).
+
+        Gumbel-max with noise keyed by ``(seed[i], global column)`` (see :mod:`.rng`):
+        the result equals :func:`.reference.sample` on the gathered logits, at
+        any tp. ``temperature[i] == 0`` and rows containing NaN give the greedy
+        token. ``temperature`` is converted to fp32 first.
+        """
+        m = self._rows(shard)
+        t = checks.temperature(temperature, m, self.device, self.check_values)
+        keys = rng.row_keys(checks.seed(seed, m, self.device))
+        k = checks.top_k(top_k, self.vocab)
+        return self._sample(shard, t, keys, k)
+
+    def _sample(self, shard: torch.Tensor, t: torch.Tensor, keys: torch.Tensor,
+                k: int | None) -> torch.Tensor:
+        m = shard.shape[0]
+        if k is not None and k >= self.vocab:
+            k = None
+        xf = shard.to(torch.float32)
+        scores = rng.perturbed(xf, torch.where(t > 0, t, 1.0), keys, self._counters)
+        if k is not None and k <= MAX_CANDIDATES:
+            room = ops.slots(k, MAX_CANDIDATES)
+            ex = self._exchange(ops.candidates_width(room), m)
+            ops.pack_greedy(shard, ex.payload[:m])
+            ops.pack_candidates(xf, scores, k, room, ex.payload[:m])
+            g = ex.send(m)
+            sampled = ops.combine_candidates(g, k, room, self._offsets)
+        else:
+            if k is not None:
+                hist = self._exchange(select.BINS, m)
+                kth = select.kth_largest(xf, k, lambda p: hist.send(m), hist.payload[:m])
+                scores.masked_fill_(~(xf >= kth), ops.NEG_INF)
+            ex = self._exchange(ops.BEST_WIDTH, m)
+            ops.pack_greedy(shard, ex.payload[:m])
+            ops.pack_best(scores, ex.payload[:m])
+            g = ex.send(m)
+            sampled = ops.combine_best(g, self.columns)
+        greedy, maxima = ops.combine_greedy(g, shard.dtype, self.columns)
+        use_greedy = maxima.isnan().any(1) | (t[:, 0] == 0)
+        return torch.where(use_greedy, greedy, sampled)
+
+    # -- logprobs -------------------------------------------------------------------------
+    def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor,
+                 top_n: int = 0) -> Logprobs:
+        """log_softmax of the gathered fp32 rows at ``token_ids`` (global ids), plus the
+        ``top_n`` (0..20) most likely tokens; see :class:`Logprobs`.
+
+        One distributed max and log-sum-exp in fp32. Tolerance: ``|err| <= 1e-6 * (1 + |ref|)``
+        against the exact (fp64) log_softmax, and ``|err| <= 2e-5 * (1 + |ref|)`` against
+        ``torch.log_softmax(gathered.float(), 1)`` (whose own fp32 error reaches about
+        6e-6 * (1 + |ref|) on CPU at V = 151552). Rows with NaN or +inf, and rows of
+        all -inf, give NaN as log_softmax does.
+        """
+        m = self._rows(shard)
+        ids = checks.token_ids(token_ids, m, self.vocab, self.device, self.check_values)
+        n = checks.top_n(top_n, self.vocab)
+        return self._logprobs(shard, ids, n)
+
+    def _logprobs(self, shard: torch.Tensor, ids: torch.Tensor, n: int) -> Logprobs:
+        m = shard.shape[0]
+        room = ops.slots(n, checks.MAX_TOP_N)
+        ex = self._exchange(ops.logprobs_width(room), m)
+        local = ids - self.rank * self.columns
+        ops.pack_logprobs(shard.to(torch.float32), local, n, room, ex.payload[:m], self._low)
+        return Logprobs(*ops.combine_logprobs(ex.send(m), ids, n, room, self.columns))
+
+    def __repr__(self) -> str:
+        return (f"VocabParallelSampler(columns={self.columns}, capacity={self.capacity}, "
+                f"device={self.device}, rank={self.rank}/{self.world_size}, "
+                f"backend={self.backend!r})")
+
+
+__all__ = ["MAX_CANDIDATES", "Logprobs", "VocabParallelSampler"]

@@ -1,0 +1,205 @@
+"""Vocab-parallel greedy / sample / logprobs vs the same operations on gathered logits (gloo).
+
+Every rank builds the same full logits from a shared seed and keeps its slice,
+so the reference needs no communication. The vocabulary is fixed (V = 120) and
+split over 1..4 ranks, so the test also compares the sampled tokens across tp.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from tests.dist import run_ranks
+
+V = 120
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+TOP_KS = (None, 1, 7, 31, 64, 65, 119, 120)
+TOL = 2e-5  # |ours - torch.log_softmax(fp32)| <= TOL * (1 + |ref|)
+EXACT_TOL = 1e-6  # |ours - log_softmax in fp64| <= EXACT_TOL * (1 + |ref|)
+NAN, INF = float("nan"), float("inf")
+
+
+# Shard boundaries for 2, 3 and 4 ranks; the logits must not depend on the world size.
+EDGES = sorted({0, V - 1} | {b * n + d for n in (30, 40, 60) for b in range(1, V // n)
+                            for d in (-1, 0)})
+
+
+def make_logits(gen: torch.Generator, m: int, kind: str, dtype: torch.dtype) -> torch.Tensor:
+    """Adversarial [m, V] logits, the same on every rank and world size for the same
+    generator state."""
+    if kind == "random":
+        x = torch.randn(m, V, generator=gen) * 3
+    else:  # few distinct values: ties everywhere, maxima on shard boundaries
+        x = torch.randint(-3, 3, (m, V), generator=gen).float()
+        for i in range(m):  # the same maximum at 1..3 shard edges
+            hot = EDGES[i % len(EDGES):]
+            x[i, hot[: 1 + i % 3]] = 9.0
+    if kind == "special":
+        for i in range(m):
+            pick = torch.randint(0, V, (3,), generator=gen).tolist()
+            case = i % 7
+            if case == 0:
+                x[i] = -INF
+            elif case == 1:
+                x[i, pick] = INF
+            elif case == 2:
+                x[i, pick[0]] = NAN
+            elif case == 3:
+                x[i, pick[:2]] = -NAN  # negative-sign NaNs
+                x[i, pick[2]] = NAN
+            elif case == 4:
+                x[i, pick] = -INF
+            elif case == 5:
+                x[i] = -INF
+                x[i, pick[0]] = 0.0
+                x[i, pick[1]] = -0.0
+    return x.to(dtype)
+
+
+def _expect_error(errors: list[str], exc: type, needle: str, fn, *args, **kwargs) -> None:
+    try:
+        fn(*args, **kwargs)
+    except exc as e:
+        assert needle in str(e), f"{needle!r} not in {e!r}"
+        errors.append(f"{type(e).__name__}: {e}")
+        return
+    raise AssertionError(f"{fn.__name__}{args[1:]} did not raise {exc.__name__}")
+
+
+def _bad_inputs(rank: int, n: int, sampling) -> list[str]:
+    x = torch.randn(4, n)
+    t, s, ids = torch.ones(4), torch.arange(4), torch.zeros(4, dtype=torch.long)
+    errors: list[str] = []
+    _expect_error(errors, TypeError, "shard must be", sampling.greedy, [[1.0]])
+    _expect_error(errors, TypeError, "shard.dtype", sampling.greedy, x.double())
+    _expect_error(errors, ValueError, "2-D", sampling.greedy, x[0])
+    _expect_error(errors, ValueError, "length M=4", sampling.sample, x, torch.ones(3), s)
+    _expect_error(errors, ValueError, "length M=4", sampling.sample, x, t, torch.arange(5))
+    _expect_error(errors, TypeError, "integer dtype", sampling.sample, x, t, s.float())
+    _expect_error(errors, TypeError, "floating dtype", sampling.sample, x, s, s)
+    _expect_error(errors, ValueError, "got -0.5 at row 2", sampling.sample, x,
+                  torch.tensor([1, 0, -0.5, 1]), s)
+    _expect_error(errors, ValueError, "got nan", sampling.sample, x,
+                  torch.tensor([1, NAN, 1, 1]), s)
+    _expect_error(errors, ValueError, f"top_k must be in 1..{V}", sampling.sample, x, t, s,
+                  top_k=0)
+    _expect_error(errors, ValueError, f"got {V + 1}", sampling.sample, x, t, s, top_k=V + 1)
+    _expect_error(errors, TypeError, "top_k must be None or an int", sampling.sample, x, t, s,
+                  top_k=2.0)
+    _expect_error(errors, ValueError, "top_n must be in 0..20, got 21", sampling.logprobs, x,
+                  ids, top_n=21)
+    _expect_error(errors, ValueError, f"got {V} at row 1", sampling.logprobs, x,
+                  torch.tensor([0, V, 1, 2]), top_n=0)
+    _expect_error(errors, ValueError, "got -1 at row 0", sampling.logprobs, x,
+                  torch.tensor([-1, 0, 1, 2]))
+    _expect_error(errors, ValueError, "length M=4", sampling.logprobs, x, ids[:2])
+    sampler = sampling.VocabParallelSampler(n, 4, backend="torch.distributed")
+    _expect_error(errors, ValueError, "capacity=4, got 5", sampler.greedy, torch.randn(5, n))
+    _expect_error(errors, ValueError, f"columns={n}, got {n + 1}", sampler.greedy,
+                  torch.randn(2, n + 1))
+    return errors
+
+
+def _check(rank: int, world: int, seed: int) -> dict:
+    from logits_gather import sampling
+    from logits_gather.sampling import reference
+
+    n = V // world
+    gen = torch.Generator().manual_seed(seed)
+    explicit = sampling.VocabParallelSampler(n, 48, backend="torch.distributed")
+    tokens, calls = [], 0
+    for dtype in DTYPES:
+        for kind in ("random", "ties", "special"):
+            m = int(torch.randint(1, 40, (1,), generator=gen))
+            full = make_logits(gen, m, kind, dtype)
+            shard = full[:, rank * n:(rank + 1) * n].contiguous()
+            where = f"{dtype} {kind} m={m}"
+            assert torch.equal(sampling.greedy(shard), torch.argmax(full, 1)), where
+            assert torch.equal(explicit.greedy(shard), torch.argmax(full, 1)), where
+            temp = torch.tensor([0.0, 0.3, 1.0, 2.5])[torch.randint(0, 4, (m,), generator=gen)]
+            seeds = torch.randint(-2**62, 2**62, (m,), generator=gen)
+            sweep = dtype == torch.bfloat16 and kind == "ties"
+            for k in TOP_KS + (_tie_boundaries(full) if sweep else ()):
+                got = sampling.sample(shard, temp, seeds, top_k=k)
+                want = reference.sample(full, temp, seeds, top_k=k)
+                assert torch.equal(got, want), f"{where} top_k={k}: {got} != {want}"
+                tokens.append(got)
+                calls += 1
+            if sweep:
+                _check_threshold(explicit, full, shard, where)
+            got = explicit.sample(shard, temp.double(), seeds.int(), top_k=5)
+            assert torch.equal(got, reference.sample(full, temp, seeds.int(), top_k=5)), where
+            ids = torch.randint(0, V, (m,), generator=gen)
+            for top_n in (0, 1, 20):
+                got = sampling.logprobs(shard, ids, top_n=top_n)
+                ref = torch.log_softmax(full.float(), 1)
+                exact = torch.log_softmax(full.double(), 1)
+                want = reference.logprobs(full, ids, top_n)
+                _close(got.logprobs, ref.gather(1, ids[:, None])[:, 0], where)
+                _close(got.logprobs, exact.gather(1, ids[:, None])[:, 0], where, EXACT_TOL)
+                assert torch.equal(got.top_ids, want.top_ids), f"{where} top_n={top_n}"
+                _close(got.top_logprobs, want.top_logprobs, where)
+                _close(got.top_logprobs, exact.gather(1, got.top_ids), where, EXACT_TOL)
+            calls += 4
+    assert calls >= 6
+    return {"tokens": torch.cat(tokens).tolist(), "errors": _bad_inputs(rank, n, sampling),
+            "after_errors": sampling.greedy(torch.full((2, n), float(rank))).tolist()}
+
+
+def _tie_boundaries(full: torch.Tensor) -> tuple[int, ...]:
+    """k at which the k-th largest of row 0 ends a run of equal values, and k +- 1."""
+    row = full[0].float()
+    values = row.unique()
+    if row.isnan().any() or len(values) > 12:
+        return ()
+    ends = {int((row >= v).sum()) for v in values}
+    return tuple(sorted(k + d for k in ends for d in (-1, 0, 1) if 1 <= k + d <= V))
+
+
+def _check_threshold(sampler, full: torch.Tensor, shard: torch.Tensor, where: str) -> None:
+    """The radix select's k-th largest equals topk's, for k at tie boundaries."""
+    from logits_gather.sampling import select
+
+    m = shard.shape[0]
+    ex = sampler._exchange(select.BINS, m)
+    xf, ff = shard.float(), full.float()
+    ok = ~ff.isnan().any(1)
+    for k in _tie_boundaries(full) + (1, V):
+        got = select.kth_largest(xf, k, lambda p: ex.send(m), ex.payload[:m])[:, 0]
+        want = ff.topk(k, 1).values[:, -1]
+        assert torch.equal(got[ok], want[ok]), f"{where} kth_largest k={k}"
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, where: str, tol: float = TOL) -> None:
+    assert got.dtype == torch.float32 and got.shape == want.shape, where
+    got, want = got.double(), want.double()
+    same_nan = torch.equal(got.isnan(), want.isnan())
+    finite = ~want.isnan()
+    err = (got[finite] - want[finite]).abs()
+    bound = tol * (1 + want[finite].abs())
+    inf_ok = torch.equal(got[finite].isinf(), want[finite].isinf())
+    ok = same_nan and inf_ok and bool((err.nan_to_num(0.0) <= bound).all())
+    assert ok, f"{where}: NaN pattern {same_nan}, max error {err.max() if err.numel() else 0}"
+
+
+SEED = random.randrange(2**31)
+_tokens_by_world: dict[int, list[int]] = {}
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_equivalence(world_size: int) -> None:
+    """Exact greedy and sample, logprobs within TOL, identical errors on every rank."""
+    results = run_ranks(_check, world_size, SEED)
+    errors = results[0]["errors"]
+    assert len(errors) == 18
+    for r, res in enumerate(results):
+        assert res["errors"] == errors, f"rank {r} raised differently"
+        assert res["after_errors"] == [(world_size - 1) * (V // world_size)] * 2
+        assert res["tokens"] == results[0]["tokens"], f"rank {r} sampled differently"
+    # Same logits and seeds at every world size (SEED is per session): same tokens.
+    _tokens_by_world[world_size] = results[0]["tokens"]
+    for other, tokens in _tokens_by_world.items():
+        assert tokens == results[0]["tokens"], f"tp={other} != tp={world_size}"

@@ -1,0 +1,164 @@
+"""Statistics of ``sampling.sample``: draws follow softmax(x / T) (restricted to top-k).
+
+Each configuration draws R tokens from one row of logits repeated R times with
+R distinct seeds, and a chi-square test compares the counts with the softmax
+probabilities (categories with expected count < 5 pooled). The p-value comes
+from the regularised upper incomplete gamma function written below (no
+scipy). A test fails at p < 1e-6, and each configuration also checks that the
+same counts reject a wrong distribution (a 1.5x temperature; for the tie
+case, a strict top-k without the tied extras), so the test has the power to
+fail. Tokens outside the top-k set must never appear.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from tests.dist import run_ranks
+
+R = 20_000
+V = 96
+ALPHA = 1e-6
+# (temperature, top_k, logits kind); "ties" puts four equal logits at the k-th value.
+CONFIGS = ((1.0, None, "random"), (0.5, None, "random"), (2.0, None, "random"),
+           (1.0, 5, "random"), (0.7, 3, "ties"), (1.3, 70, "random"))  # 70 > 64: radix select
+
+
+def chi2_sf(x: float, df: int) -> float:
+    """P(X >= x) for X ~ chi-square(df): the regularised upper gamma Q(df/2, x/2)."""
+    a, z = df / 2.0, x / 2.0
+    if z <= 0:
+        return 1.0
+    log_front = -z + a * math.log(z) - math.lgamma(a)
+    if z < a + 1:  # series for P, then Q = 1 - P
+        term = total = 1.0 / a
+        n = a
+        while term > total * 1e-15:
+            n += 1
+            term *= z / n
+            total += term
+        return max(0.0, 1.0 - total * math.exp(log_front))
+    tiny = 1e-300  # Lentz continued fraction for Q
+    b = z + 1 - a
+    c, d = 1 / tiny, 1 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return h * math.exp(log_front)
+
+
+def test_chi2_sf_known_values() -> None:
+    for x, df, p in ((3.841459, 1, 0.05), (18.307038, 10, 0.05), (124.342113, 100, 0.05),
+                     (0.0158, 1, 0.9), (2.0, 2, math.exp(-1.0)), (30.577914, 15, 0.01)):
+        assert abs(chi2_sf(x, df) - p) < 2e-6 * max(1.0, p / 1e-3), (x, df, chi2_sf(x, df))
+
+
+def row_logits(seed: int, kind: str) -> torch.Tensor:
+    """A ramp with noise (neighbouring logits about 0.6 apart, so temperature
+    matters even within a small top-k), at random positions."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.arange(V) * -0.6 + torch.randn(V, generator=gen) * 0.3
+    if kind == "ties":  # top-3 cut lands inside a run of four equal logits
+        x[1:5] = x[1]
+    return x[torch.randperm(V, generator=gen)]
+
+
+def expected(x: torch.Tensor, t: float, k: int | None) -> torch.Tensor:
+    x = x.double()
+    keep = x >= torch.topk(x, k).values[-1] if k else torch.ones_like(x, dtype=torch.bool)
+    return torch.softmax((x / t).masked_fill(~keep, -math.inf), 0)
+
+
+def chi2_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    exp = probs * counts.sum()
+    big = exp >= 5
+    obs = torch.cat([counts[big].double(), counts[~big].sum(0, keepdim=True).double()])
+    exp = torch.cat([exp[big], exp[~big].sum(0, keepdim=True)])
+    if exp[-1] < 5:  # the pooled bin is still small: fold it into the smallest big one
+        j = int(exp[:-1].argmin())
+        obs[j] += obs[-1]
+        exp[j] += exp[-1]
+        obs, exp = obs[:-1], exp[:-1]
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    return chi2_sf(stat, len(exp) - 1)
+
+
+def _draw(rank: int, world: int, seed: int, configs) -> list[list[int]]:
+    from logits_gather import sampling
+
+    n = V // world
+    out = []
+    for i, (t, k, kind) in enumerate(configs):
+        x = row_logits(seed + i, kind)
+        shard = x[rank * n:(rank + 1) * n].expand(R, n).to(torch.float32).contiguous()
+        seeds = torch.arange(R) + (seed * 1_000_003 + i) * R
+        tokens = sampling.sample(shard, torch.full((R,), t), seeds, top_k=k)
+        out.append(torch.bincount(tokens, minlength=V).tolist())
+    return out
+
+
+def _assert_fits(seed: int, configs, counts: list[list[int]]) -> None:
+    for i, ((t, k, kind), c) in enumerate(zip(configs, counts, strict=True)):
+        x, c = row_logits(seed + i, kind), torch.tensor(c)
+        probs = expected(x, t, k)
+        assert int(c[probs == 0].sum()) == 0, f"T={t} k={k}: drew tokens outside the top-k"
+        p = chi2_p(c, probs)
+        assert p >= ALPHA, f"T={t} k={k} {kind}: chi-square p={p:.2e}, counts {c.tolist()}"
+        if kind == "ties":  # the alternative: a strict top-k that drops the tied extras
+            first = torch.sort(x, descending=True, stable=True).indices[:k]
+            alt = torch.zeros_like(probs)
+            alt[first] = torch.softmax(x[first].double() / t, 0)
+        else:
+            alt = expected(x, t * 1.5, k)
+        wrong = chi2_p(c, alt)
+        assert wrong < ALPHA, f"T={t} k={k}: the test cannot reject the alternative (p={wrong})"
+
+
+@pytest.fixture
+def seed() -> int:
+    return random.randrange(2**20)
+
+
+def test_softmax_distribution_tp1(seed: int) -> None:
+    _assert_fits(seed, CONFIGS, run_ranks(_draw, 1, seed, CONFIGS)[0])
+
+
+def test_softmax_distribution_tp2(seed: int) -> None:
+    configs = CONFIGS[3:5]
+    results = run_ranks(_draw, 2, seed, configs)
+    assert results[0] == results[1]
+    _assert_fits(seed, configs, results[0])
+
+
+def test_noise_is_uniform_and_independent() -> None:
+    """23-bit uniforms: flat over 256 bins, and no dependence between adjacent seeds
+    or adjacent columns (16 x 16 joint bins)."""
+    from logits_gather.sampling import rng
+
+    base = random.randrange(2**40)
+    keys = rng.row_keys(torch.arange(base, base + 512))
+    g = -rng.neg_log_neg_log_uniform(keys, rng.column_counters(random.randrange(10**6), 512, "cpu"))
+    u = torch.exp(-torch.exp(-g.double()))  # back to the uniform
+    assert 0 < float(u.min()) and float(u.max()) < 1
+    flat = torch.bincount((u * 256).long().flatten(), minlength=256)
+    assert chi2_p(flat, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA
+    b = (u * 16).long()
+    for joint in (b[:-1] * 16 + b[1:], b[:, :-1] * 16 + b[:, 1:]):
+        cells = torch.bincount(joint.flatten(), minlength=256)
+        assert chi2_p(cells, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA
+    gamma = 0.5772156649
+    assert abs(float(g.double().mean()) - gamma) < 0.01
+    assert abs(float(g.double().var()) - math.pi ** 2 / 6) < 0.05
