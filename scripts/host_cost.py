@@ -31,7 +31,7 @@ def _probe(rank, world):
     torch.cuda.set_device(0)
     from logits_gather import LogitsGather
     g = LogitsGather(columns=18944, capacity=64, device=torch.device("cuda", 0))
-    os.environ["LOGITS_GATHER_LAUNCHER"] = "triton"
+    os.environ["LOGITS_GATHER_LAUNCHER"] = "driver"
     g2 = LogitsGather(columns=18944, capacity=64, device=torch.device("cuda", 0))
     del os.environ["LOGITS_GATHER_LAUNCHER"]
     solo = [dist.new_group([r], backend="nccl") for r in range(world)][rank]
@@ -43,7 +43,7 @@ def _probe(rank, world):
     return {
         "route": type(impl._launch[False, True]).__name__,
         "ours": _time(lambda: g(x)),
-        "ours_triton_launcher": _time(lambda: g2(x)),
+        "ours_driver_launcher": _time(lambda: g2(x)),
         "impl_only": _time(lambda: impl(x)),
         "add_": _time(lambda: y.add_(1)),
         "nccl_allgather_w1": _time(lambda: dist.all_gather_into_tensor(out, x, group=solo)),

@@ -57,8 +57,16 @@ def _pick(values: torch.Tensor, index: torch.Tensor, columns: int) -> torch.Tens
     return torch.add(index.gather(1, r), r, alpha=columns).squeeze(1)
 
 
+def _store_max(x: torch.Tensor, values: torch.Tensor, index: torch.Tensor) -> None:
+    # Not ``out=(values, index)``: CUDA's reduction insists that both outputs
+    # share strides, and these payload views (fp32 and int64 words) do not.
+    v, i = torch.max(x, 1)
+    values.copy_(v)
+    index.copy_(i)
+
+
 def pack_greedy(shard: torch.Tensor, payload: torch.Tensor) -> None:
-    torch.max(shard, 1, out=(payload.view(shard.dtype)[:, 0], _i64(payload)[:, 1]))
+    _store_max(shard, payload.view(shard.dtype)[:, 0], _i64(payload)[:, 1])
 
 
 def combine_greedy(g: torch.Tensor, dtype: torch.dtype,
@@ -69,7 +77,7 @@ def combine_greedy(g: torch.Tensor, dtype: torch.dtype,
 
 
 def pack_best(scores: torch.Tensor, payload: torch.Tensor) -> None:
-    torch.max(scores, 1, out=(payload[:, 4], _i64(payload)[:, 3]))
+    _store_max(scores, payload[:, 4], _i64(payload)[:, 3])
 
 
 def combine_best(g: torch.Tensor, columns: int) -> torch.Tensor:
@@ -100,7 +108,9 @@ def pack_candidates(xf: torch.Tensor, scores: torch.Tensor, k: int, room: int,
         sc[:, kk:].fill_(NEG_INF)
         index[:, kk:].fill_(BIG)
         values, sc, index = values[:, :kk], sc[:, :kk], index[:, :kk]
-    torch.topk(xf, kk, 1, out=(values, index))
+    top = torch.topk(xf, kk, 1)  # not out=: the two payload views differ in strides
+    values.copy_(top.values)
+    index.copy_(top.indices)
     t = values[:, kk - 1:]
     torch.gather(scores, 1, index, out=sc)
     tie_score, tie_index = torch.where(xf == t, scores, NEG_INF).max(1, keepdim=True)
