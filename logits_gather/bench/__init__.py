@@ -31,7 +31,8 @@ Methods (interleaved: at each M every method runs, in alternating order)
 * ``limit``: the measured ceiling, ``barrier + egress / bandwidth`` with egress per
   rank ``(tp-1)/tp * M * V * bytes``. Bandwidth is the better of a dedicated push
   (every rank at once ``copy_``s a ``--limit-mib`` chunk into each peer's symmetric
-  buffer) and ours at its best M (normally the largest): a ceiling taken from ours
+  buffer) and ours at its best M (normally the largest), with the barrier latency
+  taken off so it is not counted twice: a ceiling taken from ours
   alone would flatter ours, one taken from the probe alone could sit below what
   ours reaches. The barrier is ours at M=1 with 8 columns (a launch, a 16-byte
   push and the exit barrier): the fixed cost our protocol cannot avoid. Both

@@ -135,13 +135,17 @@ def _graph(ctx: Any, clock: Any, data: InputSets, meth: Method, xs: list[torch.T
 
 def _derive(rows: list[dict], push: dict, barrier: dict) -> dict[str, Any]:
     """The ceiling: bandwidth = the best of the push probe and ours' best M (normally the
-    largest);
-    limit(M) = barrier latency + egress(M) / bandwidth. Then GB/s, speedup, % of limit."""
+    largest, its barrier latency taken off); limit(M) = barrier latency + egress(M) /
+    bandwidth. Then GB/s, speedup, % of limit."""
     candidates = {}
     if push.get("status") == "ok":
         candidates["push probe"] = push["gbps"]
-    ours_bw = {r["m"]: r["egress_bytes"] / r["device_us"]["ours"]["median"] / 1e3
-               for r in rows if "ours" in r["device_us"]}
+    # limit(M) adds the barrier to egress / bandwidth, so ours' bandwidth must leave
+    # the barrier out too, or the ceiling would count it twice (and exceed 100%).
+    fixed = barrier["us"] if barrier.get("status") == "ok" else 0.0
+    ours_bw = {r["m"]: r["egress_bytes"] / (r["device_us"]["ours"]["median"] - fixed) / 1e3
+               for r in rows if "ours" in r["device_us"]
+               and r["device_us"]["ours"]["median"] > 2 * fixed}
     if ours_bw:
         best_m = max(ours_bw, key=ours_bw.get)
         candidates[f"ours at M={best_m}"] = ours_bw[best_m]
