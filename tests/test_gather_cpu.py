@@ -127,3 +127,27 @@ def test_symm_mem_backend_raises_with_reason_on_cpu() -> None:
 def test_needs_initialised_process_group() -> None:
     with pytest.raises(RuntimeError, match="init_process_group"):
         LogitsGather(columns=8, capacity=4, device="cpu")
+
+
+def _logs_reason_once(rank: int, world: int) -> list[str]:
+    import logging
+
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("logits_gather")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(Keep())
+    for _ in range(3):
+        g = LogitsGather(columns=8, capacity=4, device="cpu")
+        assert g.backend == "torch.distributed"
+    return records
+
+
+def test_auto_logs_the_fallback_reason_once() -> None:
+    for records in run_ranks(_logs_reason_once, 2):
+        assert len(records) == 1, records
+        assert "fallback because" in records[0] and "not CUDA" in records[0], records
