@@ -88,6 +88,8 @@ class LogitsGather:
         self.world_size: int = dist.get_world_size(group)
         self.rank: int = dist.get_rank(group)
         device, problems = _resolve_device(device)
+        # The agreement below must run even for a bad device: use a valid one for it.
+        talk_on = device if not problems else _resolve_device(None)[0]
         if timeout_s is None:
             try:
                 timeout_s = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
@@ -106,7 +108,7 @@ class LogitsGather:
             info = describe_device(device)
         record = {"columns": columns, "capacity": capacity, "dtype": str(dtype),
                   "backend": backend, "graphs": graphs}
-        with self._on(device):
+        with self._on(talk_on):
             extras = agree(group, record, problems, extra=(local, info))
         self.columns: int = columns
         self.capacity: int = capacity

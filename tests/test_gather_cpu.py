@@ -107,6 +107,9 @@ def _invalid_on_one_rank(rank: int, world: int) -> None:
         LogitsGather(columns=8, capacity=4, device="cpu", dtype=torch.int32)
     with pytest.raises(ValueError, match=r"timeout_s"):
         LogitsGather(columns=8, capacity=4, device="cpu", timeout_s=-1)
+    bad_device = "no-such-device" if rank == 0 else "cpu"
+    with pytest.raises(ValueError, match=r"rank 0: device must name a torch device"):
+        LogitsGather(columns=8, capacity=4, device=bad_device)
 
 
 def test_invalid_arguments_raise_on_every_rank() -> None:
