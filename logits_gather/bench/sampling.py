@@ -1,4 +1,4 @@
-"""python -m logits_gather.sampling.bench: sampling from shards vs from gathered logits.
+"""python -m logits_gather.bench.sampling: sampling from shards vs from gathered logits.
 
 Methods, per operation (greedy, sample, sample top_k=50, logprobs) and per M:
 
@@ -42,7 +42,7 @@ NVLS_OFF = {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NCCL_NVLS_ENABLE": "0",
 
 def _ops(sampler, lg, stock_ok: bool, world: int, shard, temp, seeds, ids):
     """{method: {op: zero-argument callable}} for one M."""
-    from . import reference
+    from ..sampling import reference
 
     m, n = shard.shape
     staging = torch.empty(world * m, n, dtype=shard.dtype, device=shard.device)
@@ -109,7 +109,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
     dist.init_process_group(backend, rank=rank, world_size=world)
     from logits_gather import LogitsGather
 
-    from .sampler import VocabParallelSampler
+    from ..sampling.sampler import VocabParallelSampler
 
     n, cap = args.vocab // world, max(args.rows)
     sampler = VocabParallelSampler(n, cap, device=device, check_values=False)
