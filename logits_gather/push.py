@@ -12,7 +12,7 @@ import ctypes
 import torch
 
 from .checks import PeerTimeoutError
-from .launch import NUM_WARPS, compile_kernel, make_launch
+from .launch import NUM_WARPS, TritonLaunch, compile_kernel
 from .symmetric import PeerBuffers
 
 EAGER_SLOTS = 3
@@ -51,7 +51,7 @@ class PushGather:
                 ck = compile_kernel(tails[0], buffers.slots.dtype, aligned=aligned,
                                     device=device, timeout_us=timeout_us,
                                     constants=dict(constants, GRAPH=graph))
-                self._launch[graph, aligned] = make_launch(ck, tails, timeout_us)
+                self._launch[graph, aligned] = TritonLaunch(ck, tails, timeout_us)
         self._views = [[buffers.slots[s, :m] for m in range(capacity + 1)]
                        for s in range(buffers.slots.shape[0])]
         self._eager = 0

@@ -1,4 +1,4 @@
-"""Probe: host cost per eager call (µs) of LogitsGather's launch routes, torch ops and an NCCL
+"""Probe: host cost per eager call (µs) of LogitsGather, its backend alone, a torch op and an NCCL
 all-gather at world size 1, on 2 colocated ranks. Run with an MPS daemon up; bursts stay
 short of the launch queue so the device never throttles the host."""
 import os
@@ -31,9 +31,6 @@ def _probe(rank, world):
     torch.cuda.set_device(0)
     from logits_gather import LogitsGather
     g = LogitsGather(columns=18944, capacity=64, device=torch.device("cuda", 0))
-    os.environ["LOGITS_GATHER_LAUNCHER"] = "driver"
-    g2 = LogitsGather(columns=18944, capacity=64, device=torch.device("cuda", 0))
-    del os.environ["LOGITS_GATHER_LAUNCHER"]
     solo = [dist.new_group([r], backend="nccl") for r in range(world)][rank]
     x = torch.randn(4, 18944, device="cuda").to(torch.bfloat16)
     y = torch.randn(4, 18944, device="cuda").to(torch.bfloat16)
@@ -41,9 +38,7 @@ def _probe(rank, world):
     dist.all_gather_into_tensor(out, x, group=solo)
     impl = g._impl
     return {
-        "route": type(impl._launch[False, True]).__name__,
-        "ours": _time(lambda: g(x)),
-        "ours_driver_launcher": _time(lambda: g2(x)),
+                "ours": _time(lambda: g(x)),
         "impl_only": _time(lambda: impl(x)),
         "add_": _time(lambda: y.add_(1)),
         "nccl_allgather_w1": _time(lambda: dist.all_gather_into_tensor(out, x, group=solo)),
