@@ -15,28 +15,46 @@ Every rank owns, in torch symmetric memory,
 Data path
 ---------
 Call with ``m`` rows: tile ``t`` of the ``m x N`` shard (one row, ``BLOCK``
-columns) is handled by CTA ``t mod G`` on every rank (``G`` depends only on
-``m`` and the construction arguments, so it is the same on all ranks). The CTA
-reads the tile once and stores it with 16-byte vector stores into column block
-``rank`` of the chosen slot on every rank, its own included. A ragged tail is
-masked; when ``N`` is not a multiple of the vector width Triton cannot prove
-alignment and falls back to narrower stores, so no store is ever misaligned.
+columns) is handled by CTA ``t mod G`` on every rank. ``G``, ``BLOCK`` and the
+warp count come from a per-``m`` launch plan fixed at construction from
+arguments every rank shares (see ``push.py``), so all ranks launch the same
+grid. The CTA reads the tile once and stores it with 16-byte vector stores into
+column block ``rank`` of the chosen slot on every rank, its own included. A
+ragged tail is masked; when ``N`` is not a multiple of the vector width Triton
+cannot prove alignment and falls back to narrower stores, so no store is ever
+misaligned.
 
 Barrier (exit)
 --------------
-After its stores a CTA runs a CTA barrier (``tl.debug_barrier``), then one thread
-adds 1 to ``ARRIVE[c]`` on every rank with a release atomic at system scope
-(the barrier makes every thread's stores precede that release; release is
-cumulative). It then spins with a system-scope acquire load on its own
-``ARRIVE[c]`` until it reaches ``W * (calls + 1)``, where ``calls`` is the value
-of ``CALLS[c]`` at entry, and finally stores ``CALLS[c] = calls + 1``.
+After its stores a CTA runs a CTA barrier (``tl.debug_barrier``), then adds 1 to
+``ARRIVE[c]`` on every rank with ONE vector atomic (release, system scope) whose
+lanes are the ranks: lane ``p`` is performed by one thread and targets rank
+``p``'s flag. The CTA barrier orders every thread's stores before each lane's
+release (release is cumulative). It then waits until its own ``ARRIVE[c]``
+reaches ``W * (calls + 1)`` (acquire, system scope), where ``calls`` is
+``CALLS[c]`` at entry, and finally stores ``CALLS[c] = calls + 1``.
+
+Why one vector atomic: the first version issued one scalar release atomic per
+peer from one thread, and each release waited for the previous atomic's NVLink
+round trip. Measured on 2 H200s (one CTA signalling a peer ``K`` times, then
+waiting, graph replay): ``K`` scalar releases cost 2.04 / 2.91 / 4.86 / 8.73 µs
+for K = 1 / 2 / 4 / 8, one ``K``-lane vector atomic 2.1-2.2 µs for every ``K``.
+
+Waiting (``POLL``): ``0`` polls with ``atomic_add(flag, 0)`` (an acquire
+read-modify-write) in a Triton loop whose result is broadcast to the CTA through
+shared memory each iteration; ``1`` lets thread 0 alone spin on a plain
+``ld.acquire.sys`` in inline PTX (deadline from ``%globaltimer`` inside the same
+loop) while the other threads wait at the CTA reduction that follows. The
+figures that chose the default are in ``benchmarks/NOTES.md``.
 
 Epochs never reset. Every rank launches CTA ``c`` in exactly the same calls, so
 ``CALLS[c]`` agrees on all ranks and ``ARRIVE[c]`` only grows. While a CTA waits
 for call ``k`` its flag lies in ``[W*k - W + 1, W*(k+1) + W - 1]``: no rank can
 arrive for call ``k + 2`` before every rank has passed call ``k + 1``'s barrier.
 The comparison is the signed 32-bit difference ``ARRIVE - target >= 0``, so the
-counters may wrap around 2**32 freely.
+counters may wrap around 2**32 freely. A launch plan that gives different ``m``
+different grids is safe for the same reason: CTA ``c`` takes part in a call iff
+``c < G(m)``, the same on every rank.
 
 Because the counters live on the device, a replayed CUDA graph needs no host
 state: each replay reads and advances them itself.
@@ -55,22 +73,26 @@ Graph mode (entry handshake)
 ----------------------------
 A captured call's slot address is frozen in the graph, so rotation cannot
 protect it. Graph-mode calls (``GRAPH=True``) therefore first add 1 to
-``READY[c]`` on every rank and wait until their own ``READY[c]`` reaches
-``W * (gcalls + 1)``: no peer writes into a rank's slot before that rank's
-kernel has started, i.e. before its stream finished every earlier reader.
-Graph calls alternate the two graph slots in capture order, so their results
-stay valid until the next graph-mode call on the same slot, and in any case
-until the next graph-mode call of the object. Eager calls never touch graph
-slots and skip the handshake, so they pay nothing for it.
+``READY[c]`` on every rank (the same one vector atomic) and wait until their own
+``READY[c]`` reaches ``W * (gcalls + 1)``: no peer writes into a rank's slot
+before that rank's kernel has started, i.e. before its stream finished every
+earlier reader. Graph calls alternate the two graph slots in capture order, so
+their results stay valid until the next graph-mode call on the same slot, and in
+any case until the next graph-mode call of the object. Eager calls never touch
+graph slots and skip the handshake, so they pay nothing for it.
 
-Co-residency and timeout
-------------------------
+Co-residency, timeout and trap
+------------------------------
 Spinning is only safe if every CTA of every rank is resident at once: the grid
 never exceeds the SM count (divided by the number of ranks sharing one GPU).
-A spin that outlasts ``timeout_us`` writes ``[code, cta, seen, target]`` into a
-pinned host status block and leaves the kernel; the host raises on its next call
-(see ``LogitsGather.check``). The timer is ``%globaltimer``, made uniform across
-the CTA with a reduction so no thread diverges from the barrier.
+A wait that outlasts ``timeout_us`` writes ``[code, cta, seen, target]`` into a
+pinned host status block. With ``TRAP=False`` the CTA then leaves the kernel and
+the host raises on its next call (see ``LogitsGather.check``); the timed-out
+call's output is incomplete. With ``TRAP=True`` every thread fences the status
+block out to the host and executes ``trap``: the kernel aborts, the CUDA context
+reports a launch failure to every later CUDA call, and no work enqueued after
+the gather can read incomplete data. The timer is ``%globaltimer``, made uniform
+across the CTA with a reduction so no thread diverges from the barrier.
 """
 
 from __future__ import annotations
@@ -84,8 +106,35 @@ READY = tl.constexpr(1)
 CALLS = tl.constexpr(2)
 GCALLS = tl.constexpr(3)
 FLAG_ROWS = 4
+LANES = tl.constexpr(8)  # the most ranks a kernel group may have (MAX_WORLD in push.py)
 TIMEOUT_AT_EXIT = tl.constexpr(1)
 TIMEOUT_AT_ENTRY = tl.constexpr(2)
+
+# Thread 0 spins on an acquire load until the flag reaches the target or the
+# deadline passes; every other thread returns the target at once. Labels are
+# local to the braces, so the block may appear several times in one kernel.
+_SPIN = tl.constexpr("""
+{
+.reg .pred p;
+.reg .u64 now, deadline;
+.reg .s32 diff;
+mov.u32 $0, $2;
+mov.u32 diff, %tid.x;
+setp.ne.u32 p, diff, 0;
+@p bra DONE;
+mov.u64 now, %globaltimer;
+add.u64 deadline, now, $3;
+AGAIN:
+ld.acquire.sys.global.u32 $0, [$1];
+sub.s32 diff, $0, $2;
+setp.ge.s32 p, diff, 0;
+@p bra DONE;
+mov.u64 now, %globaltimer;
+setp.lt.u64 p, now, deadline;
+@p bra AGAIN;
+DONE:
+}
+""")
 
 
 @triton.jit
@@ -95,30 +144,48 @@ def _now(NUM_THREADS: tl.constexpr):
 
 
 @triton.jit
-def _signal_all(peer_flags, row_off, WORLD: tl.constexpr):
-    """Adds 1 to the flag at ``row_off`` on every rank (release, system scope)."""
-    for p in tl.static_range(WORLD):
-        flags_p = tl.load(peer_flags + p).to(tl.pointer_type(tl.int32))
-        tl.atomic_add(flags_p + row_off, 1, sem="release", scope="sys")
+def _signal_all(peer_rows, mask):
+    """Adds 1 to one flag on every rank: one lane (one thread) per rank."""
+    tl.atomic_add(peer_rows, 1, mask=mask, sem="release", scope="sys")
 
 
 @triton.jit
-def _wait(flag, target, timeout_us, status, code, NUM_THREADS: tl.constexpr):
-    """Spins until ``flag - target >= 0`` (signed, wrap-safe) or the timeout."""
-    seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
-    if (seen - target) < 0:
-        deadline = _now(NUM_THREADS) + timeout_us.to(tl.int64) * 1000
-        spins = 0
-        while (seen - target) < 0:
-            seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
-            spins += 1
-            if (spins % 256) == 0:
-                if _now(NUM_THREADS) > deadline:
-                    tl.store(status + 1, tl.program_id(0))
-                    tl.store(status + 2, seen)
-                    tl.store(status + 3, target)
-                    tl.store(status, code)
-                    seen = target
+def _timed_out(status, code, seen, target, TRAP: tl.constexpr):
+    tl.store(status + 1, tl.program_id(0))
+    tl.store(status + 2, seen)
+    tl.store(status + 3, target)
+    tl.store(status, code)
+    if TRAP:
+        tl.inline_asm_elementwise("fence.sc.sys;", "=r", [], dtype=tl.int32, is_pure=False,
+                                  pack=1)
+        tl.debug_barrier()  # thread 0's status stores are out before anyone traps
+        tl.inline_asm_elementwise("trap;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _wait(flag, target, timeout_us, status, code, NUM_THREADS: tl.constexpr,
+          POLL: tl.constexpr, TRAP: tl.constexpr):
+    """Waits until ``flag - target >= 0`` (signed, wrap-safe) or the timeout."""
+    if POLL == 1:
+        addr = tl.zeros([NUM_THREADS], tl.int64) + flag.to(tl.int64, bitcast=True)
+        seen = tl.inline_asm_elementwise(_SPIN, "=r,l,r,l",
+                                         [addr, target, timeout_us.to(tl.int64) * 1000],
+                                         dtype=tl.int32, is_pure=False, pack=1)
+        short = tl.min(seen - target, axis=0)
+        if short < 0:
+            _timed_out(status, code, target + short, target, TRAP)
+    else:
+        seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+        if (seen - target) < 0:
+            deadline = _now(NUM_THREADS) + timeout_us.to(tl.int64) * 1000
+            spins = 0
+            while (seen - target) < 0:
+                seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+                spins += 1
+                if (spins % 256) == 0:
+                    if _now(NUM_THREADS) > deadline:
+                        _timed_out(status, code, seen, target, TRAP)
+                        seen = target
 
 
 @triton.jit
@@ -145,29 +212,37 @@ def push_gather_kernel(
     BLOCK: tl.constexpr,
     GRAPH: tl.constexpr,
     NUM_THREADS: tl.constexpr,
+    POLL: tl.constexpr,
+    TRAP: tl.constexpr,
 ):
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
     calls = tl.load(flags + CALLS * MAXC + pid)
+    # Every rank's flag base, loaded before the data loop so the exit signal
+    # does not wait for it.
+    lanes = tl.arange(0, LANES)
+    to_rank = lanes < WORLD
+    peers = tl.load(peer_flags + lanes, mask=to_rank, other=0).to(tl.pointer_type(tl.int32))
     if GRAPH:
         gcalls = tl.load(flags + GCALLS * MAXC + pid)
-        _signal_all(peer_flags, READY * MAXC + pid, WORLD)
+        _signal_all(peers + READY * MAXC + pid, to_rank)
         _wait(flags + READY * MAXC + pid, (gcalls + 1) * WORLD, timeout_us, status,
-              TIMEOUT_AT_ENTRY, NUM_THREADS)
+              TIMEOUT_AT_ENTRY, NUM_THREADS, POLL, TRAP)
 
     TILES_PER_ROW: tl.constexpr = (N + BLOCK - 1) // BLOCK
     MASKED: tl.constexpr = N % BLOCK != 0
     ROW: tl.constexpr = WORLD * N
-    lanes = tl.arange(0, BLOCK)
+    cols0 = tl.arange(0, BLOCK)
     for t in range(pid, m * TILES_PER_ROW, grid):
         row = (t // TILES_PER_ROW).to(tl.int64)
-        cols = (t % TILES_PER_ROW) * BLOCK + lanes
+        cols = (t % TILES_PER_ROW) * BLOCK + cols0
         mask = cols < N
         if MASKED:
             x = tl.load(src + row * N + cols, mask=mask)
         else:
             x = tl.load(src + row * N + cols)
         off = row * ROW + RANK * N + cols
+        # Unrolled: Triton cannot index a list of pointer arguments at run time.
         _put(d0, off, x, mask, MASKED)
         if WORLD > 1:
             _put(d1, off, x, mask, MASKED)
@@ -185,9 +260,9 @@ def push_gather_kernel(
             _put(d7, off, x, mask, MASKED)
 
     tl.debug_barrier()
-    _signal_all(peer_flags, ARRIVE * MAXC + pid, WORLD)
+    _signal_all(peers + ARRIVE * MAXC + pid, to_rank)
     _wait(flags + ARRIVE * MAXC + pid, (calls + 1) * WORLD, timeout_us, status,
-          TIMEOUT_AT_EXIT, NUM_THREADS)
+          TIMEOUT_AT_EXIT, NUM_THREADS, POLL, TRAP)
     tl.store(flags + CALLS * MAXC + pid, calls + 1)
     if GRAPH:
         tl.store(flags + GCALLS * MAXC + pid, gcalls + 1)

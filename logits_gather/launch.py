@@ -1,4 +1,4 @@
-"""Compiling the push kernel once, and launching it with little host work.
+"""Compiling the push kernel once per variant, and launching it with little host work.
 
 Triton's JIT dispatch costs 10-20 us of host time per call (binding, key
 hashing, specialisation checks). Here a kernel is compiled once per variant
@@ -22,8 +22,6 @@ import torch
 
 from . import kernel as K
 
-NUM_WARPS = 4
-
 
 class _Ptr:
     """Stands in for a tensor while compiling: Triton specialises pointer
@@ -37,7 +35,8 @@ class _Ptr:
 
 
 def compile_kernel(sample_args: Sequence[int], dtype: torch.dtype, *, aligned: bool,
-                   device: torch.device, timeout_us: int, constants: dict[str, int]):
+                   device: torch.device, timeout_us: int, num_warps: int,
+                   constants: dict[str, int]):
     """Compiles one variant; ``sample_args`` are the frozen pointer arguments."""
     *dsts, flags, peer_flags, status = sample_args
     ptrs = [_Ptr(a, dtype) for a in dsts]
@@ -45,7 +44,7 @@ def compile_kernel(sample_args: Sequence[int], dtype: torch.dtype, *, aligned: b
     src = _Ptr(16 if aligned else 2, dtype)
     with torch.cuda.device(device):
         ck = K.push_gather_kernel.warmup(src, *ptrs, 1, timeout_us, grid=(1,),
-                                         num_warps=NUM_WARPS, **constants)
+                                         num_warps=num_warps, **constants)
         ck._init_handles()
     if ck.run.global_scratch_size or ck.run.profile_scratch_size:
         raise RuntimeError("push_gather_kernel unexpectedly needs scratch memory")

@@ -1,27 +1,66 @@
-"""The symmetric-memory backend: slots, views and the per-call dispatch.
+"""The symmetric-memory backend: slots, launch plan, views and the per-call dispatch.
 
-Construction compiles every kernel variant the object can need (eager and graph
-mode, 16-byte aligned and unaligned input) and freezes all launch arguments, so
-a call only reads the status word, picks the slot and launches.
+Construction compiles every kernel variant the object can need (each launch
+configuration of its plan, eager and graph mode, 16-byte aligned and unaligned
+input) and freezes all launch arguments, so a call only reads the status word,
+looks up its row count's plan entry, picks the slot and launches.
+
+The launch plan maps each row count ``m`` to a configuration (tile bytes per
+row, warps per CTA) and a grid. It is a pure function of arguments that every
+rank shares (columns, dtype, capacity, CTA budget), so all ranks launch the same
+grid for the same ``m``, which the barrier needs (see ``kernel.py``). How the
+configurations were chosen is recorded in ``benchmarks/NOTES.md``.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from .checks import PeerTimeoutError
-from .launch import NUM_WARPS, TritonLaunch, compile_kernel
+from .launch import TritonLaunch, compile_kernel
 from .symmetric import PeerBuffers
 
 EAGER_SLOTS = 3
 GRAPH_SLOTS = 2
-VECTORS_PER_THREAD = 2
 MAX_WORLD = 8
+ON_TIMEOUT = ("raise", "trap")
 
 _capturing = torch._C._cuda_isCurrentStreamCapturing
 _raw_stream = torch._C._cuda_getCurrentRawStream
+
+
+@dataclass(frozen=True)
+class Config:
+    """One launch configuration: ``tile_bytes`` of a row per tile, ``warps`` per CTA."""
+
+    tile_bytes: int
+    warps: int
+
+
+DEFAULT_CONFIGS = (Config(4096, 4),)
+DEFAULT_POLL = 1
+
+
+def make_plan(columns: int, item: int, capacity: int, ctas: int,
+              configs: Sequence[Config]) -> list[tuple[int, int]]:
+    """``plan[m] = (config index, grid)``: for each ``m`` the configuration whose busiest
+    CTA moves the fewest bytes (ties: the earlier configuration), and its grid."""
+    plan = [(0, 1)]
+    for m in range(1, capacity + 1):
+        best = None
+        for i, cfg in enumerate(configs):
+            block = cfg.tile_bytes // item
+            tiles = m * -(-columns // block)
+            grid = min(ctas, tiles)
+            busiest = -(-tiles // grid) * min(block, columns)
+            if best is None or busiest < best[0]:
+                best = (busiest, i, grid)
+        plan.append(best[1:])
+    return plan
 
 
 class PushGather:
@@ -29,33 +68,49 @@ class PushGather:
 
     def __init__(self, buffers: PeerBuffers, *, columns: int, capacity: int, world_size: int,
                  rank: int, device: torch.device, ctas: int, timeout_s: float,
-                 graphs: bool) -> None:
+                 graphs: bool, on_timeout: str = "raise") -> None:
         if world_size > MAX_WORLD:
             raise ValueError(f"world_size {world_size} exceeds the kernel's {MAX_WORLD} ranks")
+        if on_timeout not in ON_TIMEOUT:
+            raise ValueError(f"on_timeout must be one of {ON_TIMEOUT}, got {on_timeout!r}")
         self._buffers = buffers
         self._index = device.index
+        self._device = device
         self._graphs = graphs
+        self._columns, self._capacity, self._ctas = columns, capacity, ctas
+        self.on_timeout = on_timeout
         self._status = torch.zeros(4, dtype=torch.int32, pin_memory=True)
         self._status_words = (ctypes.c_int32 * 4).from_address(self._status.data_ptr())
-        item = buffers.slots.element_size()
-        block = VECTORS_PER_THREAD * NUM_WARPS * 32 * 16 // item
-        tiles_per_row = -(-columns // block)
-        self._grid = [min(ctas, m * tiles_per_row) for m in range(capacity + 1)]
-        timeout_us = max(1, int(timeout_s * 1e6))
-        constants = dict(N=columns, RANK=rank, WORLD=world_size, MAXC=ctas, BLOCK=block,
-                         NUM_THREADS=NUM_WARPS * 32)
-        tails = [self._args(s) for s in range(buffers.slots.shape[0])]
-        self._launch = {}
-        for graph in (False, True) if graphs else (False,):
-            for aligned in (True, False):
-                ck = compile_kernel(tails[0], buffers.slots.dtype, aligned=aligned,
-                                    device=device, timeout_us=timeout_us,
-                                    constants=dict(constants, GRAPH=graph))
-                self._launch[graph, aligned] = TritonLaunch(ck, tails, timeout_us)
+        self._timeout_us = max(1, int(timeout_s * 1e6))
+        self._constants = dict(N=columns, RANK=rank, WORLD=world_size, MAXC=ctas,
+                               TRAP=on_timeout == "trap")
+        self._tails = [self._args(s) for s in range(buffers.slots.shape[0])]
         self._views = [[buffers.slots[s, :m] for m in range(capacity + 1)]
                        for s in range(buffers.slots.shape[0])]
         self._eager = 0
         self._captured = 0
+        self.replan(DEFAULT_CONFIGS, DEFAULT_POLL)
+
+    def replan(self, configs: Sequence[Config], poll: int) -> None:
+        """Compiles what ``configs`` need and rebuilds the plan. Local and deterministic:
+        every rank must call it with the same arguments, between calls."""
+        item = self._buffers.slots.element_size()
+        plan = make_plan(self._columns, item, self._capacity, self._ctas, configs)
+        compiled: dict[int, dict[tuple[bool, bool], TritonLaunch]] = {}
+        for i in sorted({i for i, _ in plan[1:]}):
+            cfg = configs[i]
+            constants = dict(self._constants, BLOCK=cfg.tile_bytes // item, POLL=poll,
+                             NUM_THREADS=cfg.warps * 32)
+            compiled[i] = {}
+            for graph in (False, True) if self._graphs else (False,):
+                for aligned in (True, False):
+                    ck = compile_kernel(self._tails[0], self._buffers.slots.dtype,
+                                        aligned=aligned, device=self._device,
+                                        timeout_us=self._timeout_us, num_warps=cfg.warps,
+                                        constants=dict(constants, GRAPH=graph))
+                    compiled[i][graph, aligned] = TritonLaunch(ck, self._tails, self._timeout_us)
+        self.plan = [(configs[i], grid) for i, grid in plan]
+        self._plan = [(grid, compiled.get(i)) for i, grid in plan]
 
     def _args(self, slot: int) -> tuple[int, ...]:
         """Frozen pointer arguments after ``src``: the 8 slot addresses (unused
@@ -69,25 +124,32 @@ class PushGather:
         if self._status_words[0]:
             raise self.timeout_error()
         ptr = shard.data_ptr()
+        m = shard.shape[0]
+        grid, launches = self._plan[m]
         if _capturing():
             if not self._graphs:
                 raise RuntimeError("this LogitsGather was built with graphs=False; build it with "
                                    "graphs=True to call it during CUDA graph capture")
             slot = EAGER_SLOTS + (self._captured & 1)
             self._captured += 1
-            launch = self._launch[True, not ptr & 15]
+            launch = launches[True, not ptr & 15]
         else:
             slot = self._eager
             self._eager = (slot + 1) % EAGER_SLOTS
-            launch = self._launch[False, not ptr & 15]
-        m = shard.shape[0]
-        launch(self._grid[m], _raw_stream(self._index), ptr, slot, m)
+            launch = launches[False, not ptr & 15]
+        launch(grid, _raw_stream(self._index), ptr, slot, m)
         return self._views[slot][m]
 
     def timeout_error(self) -> PeerTimeoutError:
         code, cta, seen, target = list(self._status_words)
         where = "entry handshake (graph mode)" if code == 2 else "exit barrier"
+        if self.on_timeout == "trap":
+            after = ("the kernel trapped (on_timeout='trap'), so the CUDA context is unusable and "
+                     "no later work read incomplete data; restart the process")
+        else:
+            after = ("the timed-out call returned incomplete data (on_timeout='raise'), and this "
+                     "object is unusable now")
         return PeerTimeoutError(
             f"LogitsGather timed out at the {where}: CTA {cta} saw flag {seen}, needed {target}. "
-            "A peer rank is dead, stalled, or issued a different sequence of calls; this object "
-            "is unusable now (raise timeout_s or LOGITS_GATHER_TIMEOUT_S if peers are just slow).")
+            f"A peer rank is dead, stalled, or issued a different sequence of calls; {after} "
+            "(raise timeout_s or LOGITS_GATHER_TIMEOUT_S if peers are just slow).")
