@@ -36,7 +36,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _child(fn, rank, world_size, port, backend, env, args, queue) -> None:
+def _child(fn, rank, world_size, port, backend, env, args, queue, hard_exit=False) -> None:
     os.environ.update(NVLS_OFF)
     os.environ.update(env)
     os.environ.update(
@@ -60,6 +60,10 @@ def _child(fn, rank, world_size, port, backend, env, args, queue) -> None:
         )
         result = fn(rank, world_size, *args)
         queue.put((rank, "ok", result))
+        if hard_exit:  # e.g. after a deliberate device trap: teardown could block
+            queue.close()
+            queue.join_thread()
+            os._exit(0)
     except BaseException:  # noqa: BLE001 - everything goes back to the parent
         queue.put((rank, "error", traceback.format_exc()))
     finally:
@@ -77,17 +81,19 @@ def run_ranks(
     backend: str = "gloo",
     timeout: float = 180.0,
     env: dict[str, str] | None = None,
+    hard_exit: bool = False,
 ) -> list[Any]:
     """Runs ``fn(rank, world_size, *args)`` on ``world_size`` ranks; returns the
     per-rank results in rank order, or raises with every failing rank's
-    traceback."""
+    traceback. ``hard_exit=True`` ends each rank with ``os._exit(0)`` right after it
+    reports, skipping teardown (for ranks whose CUDA context was killed on purpose)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [
         ctx.Process(
             target=_child,
-            args=(fn, rank, world_size, port, backend, dict(env or {}), args, queue),
+            args=(fn, rank, world_size, port, backend, dict(env or {}), args, queue, hard_exit),
             daemon=True,
         )
         for rank in range(world_size)

@@ -25,21 +25,40 @@ needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and _has_triton())
                                reason="needs a CUDA GPU and Triton")
 
 COLOCATE_ENV = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"}
+PLACEMENTS = ("one-gpu", "per-gpu", "spread")
+
+
+def _gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def placements(worlds: tuple[int, ...] = (2, 4, 8)) -> list:
-    """(world, colocated) cases: every world on one shared GPU, and one process
-    per GPU where there are enough GPUs (skipped otherwise)."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    cases = [pytest.param(w, True, id=f"tp{w}-one-gpu") for w in worlds]
+    """(world, placement) cases. ``one-gpu``: every rank on cuda:0; ``per-gpu``: one
+    process per GPU (skipped without ``world`` GPUs); ``spread``: rank r on GPU
+    r % G when there are 2 <= G < world GPUs, so flags cross real links while
+    ranks share GPUs (skipped otherwise). Ranks that share a GPU want an MPS
+    daemon (scripts/gpu-tests.sh starts one)."""
+    gpus = _gpus()
+    cases = []
     for w in worlds:
-        mark = pytest.mark.skipif(gpus < w, reason=f"needs {w} GPUs, found {gpus}")
-        cases.append(pytest.param(w, False, id=f"tp{w}-multi-gpu", marks=mark))
+        cases.append(pytest.param(w, "one-gpu", id=f"tp{w}-one-gpu"))
+        cases.append(pytest.param(w, "per-gpu", id=f"tp{w}-per-gpu", marks=pytest.mark.skipif(
+            gpus < w, reason=f"needs {w} GPUs, found {gpus}")))
+        cases.append(pytest.param(w, "spread", id=f"tp{w}-spread", marks=pytest.mark.skipif(
+            not 2 <= gpus < w, reason=f"needs 2..{w - 1} GPUs, found {gpus}")))
     return cases
 
 
-def rank_device(rank: int, colocated: bool) -> torch.device:
-    device = torch.device("cuda", 0 if colocated else rank)
+def placement_env(placement: str) -> dict[str, str]:
+    return {} if placement == "per-gpu" else dict(COLOCATE_ENV)
+
+
+def rank_device(rank: int, placement: str | bool) -> torch.device:
+    """The rank's GPU; ``True``/``False`` mean ``one-gpu``/``per-gpu``."""
+    if isinstance(placement, bool):
+        placement = "one-gpu" if placement else "per-gpu"
+    index = {"one-gpu": 0, "per-gpu": rank, "spread": rank % max(1, _gpus())}[placement]
+    device = torch.device("cuda", index)
     torch.cuda.set_device(device)
     return device
 

@@ -17,6 +17,7 @@ from tests.gpu import (
     assert_bits,
     delay_random_rank,
     needs_gpu,
+    placement_env,
     placements,
     random_full,
     rank_device,
@@ -35,8 +36,8 @@ def _capture(g: LogitsGather, inputs: list[torch.Tensor], outputs: list[torch.Te
     return graph
 
 
-def _replays(rank: int, world: int, colocated: bool, replays: int) -> None:
-    device = rank_device(rank, colocated)
+def _replays(rank: int, world: int, placement: str, replays: int) -> None:
+    device = rank_device(rank, placement)
     dtype = torch.bfloat16
     g = LogitsGather(columns=COLUMNS, capacity=CAPACITY, device=device, dtype=dtype)
     assert g.backend == "symm_mem", g.backend
@@ -79,10 +80,10 @@ def _replays(rank: int, world: int, colocated: bool, replays: int) -> None:
     all_ranks_ok(ok, message)
 
 
-@pytest.mark.parametrize("world,colocated", placements())
-def test_graph_replays_exact(world: int, colocated: bool) -> None:
-    env = COLOCATE_ENV if colocated else {}
-    run_ranks(_replays, world, colocated, 500, env=env, timeout=900)
+@pytest.mark.parametrize("world,placement", placements())
+def test_graph_replays_exact(world: int, placement: str) -> None:
+    env = placement_env(placement)
+    run_ranks(_replays, world, placement, 500, env=env, timeout=900)
 
 
 def _no_graph_slots(rank: int, world: int) -> None:
