@@ -5,12 +5,23 @@ shards into a preallocated ``[W * m, N]`` staging area; one strided copy then
 lays them out as ``[m, W * N]`` in one of two alternating output slots. Works
 with NCCL (multi-node included) and with gloo on CPU. Writes only ever come
 from this rank's own stream, so two slots give the next-but-one lifetime.
+
+Timeouts: on CPU tensors (gloo) the all-gather is issued with ``async_op=True``
+and waited for with ``timeout_s``; a rank whose peers do not arrive raises
+:class:`PeerTimeoutError` (gloo honours the wait's timeout; the abandoned
+operation still completes in gloo's worker thread later, so the object is
+unusable afterwards). On CUDA tensors (NCCL) a bounded wait would block the host
+on every call, so the process group's own timeout governs there.
 """
 
 from __future__ import annotations
 
+import datetime
+
 import torch
 import torch.distributed as dist
+
+from .checks import PeerTimeoutError
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
@@ -19,18 +30,32 @@ class DistributedGather:
     """``[m, N]`` shards to ``[m, W * N]`` through a torch.distributed all-gather."""
 
     def __init__(self, *, columns: int, capacity: int, world_size: int, dtype: torch.dtype,
-                 device: torch.device, group: dist.ProcessGroup | None) -> None:
+                 device: torch.device, group: dist.ProcessGroup | None,
+                 timeout_s: float) -> None:
         self._n = columns
         self._w = world_size
         self._group = group
         self._staging = torch.empty(world_size * capacity * columns, dtype=dtype, device=device)
         self.slots = torch.empty((2, capacity, world_size * columns), dtype=dtype, device=device)
         self._calls = 0
+        self._timeout = (datetime.timedelta(seconds=timeout_s) if device.type == "cpu"
+                         else None)
 
     def __call__(self, shard: torch.Tensor) -> torch.Tensor:
         m, n, w = shard.shape[0], self._n, self._w
         staging = self._staging[: w * m * n].view(w * m, n)
-        _all_gather(staging, shard, group=self._group)
+        if self._timeout is None:
+            _all_gather(staging, shard, group=self._group)
+        else:
+            work = _all_gather(staging, shard, group=self._group, async_op=True)
+            try:
+                work.wait(timeout=self._timeout)
+            except RuntimeError as exc:
+                raise PeerTimeoutError(
+                    f"LogitsGather (torch.distributed fallback) call {self._calls}: the peers did "
+                    f"not join the all-gather of M={m} rows within timeout_s="
+                    f"{self._timeout.total_seconds():g} s: a peer is dead, stalled, or issued a "
+                    "different sequence of calls; this object is unusable now") from exc
         out = self.slots[self._calls & 1, :m]
         self._calls += 1
         out.view(m, w, n).copy_(staging.view(w, m, n).transpose(0, 1))

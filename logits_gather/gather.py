@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from .checks import PeerTimeoutError, agree, construction_problems, shard_error
+from .checks import (
+    PeerTimeoutError,
+    agree,
+    construction_problems,
+    resolve_device,
+    resolve_options,
+    shard_error,
+)
 from .fallback import DistributedGather
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_S = 30.0
-TIMEOUT_ENV = "LOGITS_GATHER_TIMEOUT_S"
 _logged: set[str] = set()
 
 
@@ -24,21 +28,6 @@ def _log_once(message: str) -> None:
     if message not in _logged:
         _logged.add(message)
         log.info(message)
-
-
-def _resolve_device(device: Any) -> tuple[Any, list[str]]:
-    try:
-        if device is None:
-            cuda = torch.cuda.is_available()
-            device = torch.device("cuda", torch.cuda.current_device()) if cuda else "cpu"
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        if device.type == "cuda" and not device.index < torch.cuda.device_count():
-            return device, [f"device {device} does not exist ({torch.cuda.device_count()} GPUs)"]
-        return device, []
-    except (RuntimeError, TypeError, AssertionError) as exc:
-        return device, [f"device must name a torch device, got {device!r} ({exc})"]
 
 
 def _symm_mem_problem(device: torch.device) -> str | None:
@@ -61,44 +50,57 @@ class LogitsGather:
 
     Construction is collective over ``group`` (``None``: the default group) and
     checks that every rank passed the same ``columns``, ``capacity``, ``dtype``,
-    ``backend`` and ``graphs``. A call returns a view of an internal buffer: the
-    result of call ``k`` stays valid for work enqueued on the calling stream
-    until call ``k + 2`` is issued (graph mode: see the README). Calls allocate
-    no memory. With one rank the input itself is returned.
+    ``backend``, ``graphs``, ``on_timeout`` and ``check_calls``. Calls are
+    collective too: every rank makes the same calls, in the same order, with the
+    same M (see the README's contract). A call returns a view of an internal
+    buffer: the result of call ``k`` stays valid for work enqueued on the calling
+    stream until call ``k + 2`` is issued (graph mode: see the README). Calls
+    allocate no memory. With one rank the input itself is returned. Results never
+    carry autograd history (the gather is not differentiable).
 
     ``backend``: ``"auto"`` (the symmetric-memory kernel where every rank can map
     its peers' memory and Triton imports, else torch.distributed, with the
     reason logged once), ``"symm_mem"`` (raise if impossible) or
-    ``"torch.distributed"``. ``timeout_s`` bounds how long the kernel waits for a
-    peer (default ``$LOGITS_GATHER_TIMEOUT_S`` or 30 s). ``graphs=False`` saves
-    the two graph-mode buffers and forbids capture.
+    ``"torch.distributed"``. ``timeout_s`` bounds how long a rank waits for a
+    peer (default ``$LOGITS_GATHER_TIMEOUT_S`` or 30 s): the kernel, the call
+    check and the gloo fallback honour it; NCCL's own timeout governs the NCCL
+    fallback. ``on_timeout`` (default ``$LOGITS_GATHER_ON_TIMEOUT`` or
+    ``"trap"``): what the kernel does when it times out, ``"trap"`` (abort on the
+    device, so no incomplete result is ever consumed; the CUDA context is lost) or
+    ``"raise"`` (the timed-out call returns incomplete data; the next call and
+    :meth:`check` raise). ``check_calls`` (default ``$LOGITS_GATHER_CHECK_CALLS``
+    or off): before every call, verify that all ranks agree on the call and
+    its input, and raise the same ``ValueError`` everywhere if not (one small
+    host-side exchange per call). ``graphs=False`` saves the two graph-mode
+    buffers and forbids capture.
     """
 
     def __init__(self, columns: int, capacity: int, device: torch.device | str | int | None = None,
                  group: dist.ProcessGroup | None = None, dtype: torch.dtype = torch.bfloat16,
                  backend: str = "auto", *, timeout_s: float | None = None,
-                 graphs: bool = True) -> None:
+                 graphs: bool = True, on_timeout: str | None = None,
+                 check_calls: bool | None = None) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("LogitsGather needs torch.distributed to be initialised "
                                "(call torch.distributed.init_process_group first)")
+        if group is not None and not isinstance(group, dist.ProcessGroup):
+            raise TypeError(f"group must be a torch.distributed ProcessGroup or None, "
+                            f"got {type(group).__name__}")
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("LogitsGather cannot be constructed during CUDA graph capture "
                                "(construction allocates and talks to every rank); build it first")
         self.group = group
         self.world_size: int = dist.get_world_size(group)
         self.rank: int = dist.get_rank(group)
-        device, problems = _resolve_device(device)
+        if self.rank < 0:
+            raise ValueError(f"this process (global rank {dist.get_rank()}) is not a member of "
+                             f"group {group!r}; only its members may build a LogitsGather on it")
+        device, problems = resolve_device(device)
         # The agreement below must run even for a bad device: use a valid one for it.
-        talk_on = device if not problems else _resolve_device(None)[0]
-        if timeout_s is None:
-            try:
-                timeout_s = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
-            except ValueError:
-                problems.append(f"{TIMEOUT_ENV} must be a number, got {os.environ[TIMEOUT_ENV]!r}")
-                timeout_s = DEFAULT_TIMEOUT_S
-        problems += construction_problems(columns, capacity, dtype, backend, timeout_s)
-        if not isinstance(graphs, bool):
-            problems.append(f"graphs must be a bool, got {graphs!r}")
+        talk_on = device if not problems else resolve_device(None)[0]
+        timeout_s, on_timeout, check_calls, more = resolve_options(timeout_s, on_timeout,
+                                                                   check_calls)
+        problems += more + construction_problems(columns, capacity, dtype, backend, graphs)
         local, info = None, None
         wants_kernel = not problems and backend != "torch.distributed"
         if wants_kernel:
@@ -107,17 +109,25 @@ class LogitsGather:
             from .symmetric import describe_device
             info = describe_device(device)
         record = {"columns": columns, "capacity": capacity, "dtype": str(dtype),
-                  "backend": backend, "graphs": graphs}
+                  "backend": backend, "graphs": graphs, "on_timeout": on_timeout,
+                  "check_calls": check_calls}
         with self._on(talk_on):
             extras = agree(group, record, problems, extra=(local, info))
         self.columns: int = columns
         self.capacity: int = capacity
         self.dtype: torch.dtype = dtype
         self.device: torch.device = device
-        self.timeout_s: float = float(timeout_s)
-        self._index = device.index if device.type == "cuda" else -1
+        self.timeout_s: float = timeout_s
+        self.on_timeout: str = on_timeout
+        self.check_calls: bool = check_calls
+        self._failed: str | None = None
         with self._on(device):
             self.backend, self._impl = self._build(extras, backend, graphs)
+            self._calls = None
+            if check_calls and self.world_size > 1:
+                from .calls import CallCheck
+                self._calls = CallCheck(group, timeout_s=timeout_s, columns=columns,
+                                        capacity=capacity, dtype=dtype, device=device)
 
     @staticmethod
     def _on(device: torch.device):
@@ -151,7 +161,7 @@ class LogitsGather:
                       + "; ".join(reasons))
         return "torch.distributed", DistributedGather(
             columns=self.columns, capacity=self.capacity, world_size=self.world_size,
-            dtype=self.dtype, device=self.device, group=self.group)
+            dtype=self.dtype, device=self.device, group=self.group, timeout_s=self.timeout_s)
 
     def _try_symm_mem(self, infos: list[Any], graphs: bool) -> tuple[Any, str | None]:
         from .kernel import FLAG_ROWS
@@ -168,7 +178,7 @@ class LogitsGather:
             impl = PushGather(buffers, columns=self.columns, capacity=self.capacity,
                               world_size=self.world_size, rank=self.rank,
                               device=self.device, ctas=ctas, timeout_s=self.timeout_s,
-                              graphs=graphs)
+                              graphs=graphs, on_timeout=self.on_timeout)
             return impl, None
         except Exception as exc:  # noqa: BLE001 - reported collectively, then re-decided
             log.debug("symmetric-memory setup failed", exc_info=True)
@@ -176,27 +186,76 @@ class LogitsGather:
 
     def __call__(self, shard: torch.Tensor) -> torch.Tensor:
         """Gathers ``shard`` ``[M, columns]`` from every rank into ``[M, world_size * columns]``."""
+        if self._failed is not None:
+            raise PeerTimeoutError(self._failed)
         try:
             ok = (shard.dtype is self.dtype and shard.dim() == 2
                   and shard.shape[1] == self.columns and 0 < shard.shape[0] <= self.capacity
-                  and shard.is_contiguous() and shard.get_device() == self._index)
+                  and shard.is_contiguous() and shard.device == self.device)
         except AttributeError:
             ok = False
-        if not ok:
+        if self._calls is not None:
+            try:
+                self._calls(shard, ok)  # collective: the same error on every rank
+            except PeerTimeoutError as exc:
+                self._failed = str(exc)
+                raise
+        elif not ok:
             raise shard_error(shard, columns=self.columns, capacity=self.capacity,
                               dtype=self.dtype, device=self.device)
-        return self._impl(shard)
+        if shard.requires_grad:  # results never carry autograd history
+            shard = shard.detach()
+        try:
+            return self._impl(shard)
+        except PeerTimeoutError as exc:
+            self._failed = str(exc)
+            raise
+        except RuntimeError as exc:  # a trapped kernel makes the next launch fail
+            timeout = self._timeout_error()
+            if timeout is None:
+                raise
+            self._failed = str(timeout)
+            raise timeout from exc
 
-    def check(self) -> None:
-        """Raises :class:`PeerTimeoutError` if an earlier call timed out waiting for a peer."""
+    def _timeout_error(self) -> PeerTimeoutError | None:
+        """The kernel's timeout, read from its pinned status block, or None."""
         status = getattr(self._impl, "_status_words", None)
         if status is not None and status[0]:
-            raise self._impl.timeout_error()
+            return self._impl.timeout_error()
+        return None
+
+    def check(self, synchronize: bool = True) -> None:
+        """Raises :class:`PeerTimeoutError` if an earlier call timed out waiting for a peer.
+
+        With ``synchronize`` (the default; skipped during graph capture) it first
+        waits for the device's queued work, so that it judges every call issued so far,
+        replays included. When that wait fails because a kernel trapped
+        (``on_timeout="trap"``), the CUDA error is chained to the ``PeerTimeoutError``
+        read from the kernel's status block; a CUDA error without a recorded timeout
+        comes from other work and is re-raised unchanged.
+        """
+        if self._failed is not None:
+            raise PeerTimeoutError(self._failed)
+        if (synchronize and self.device.type == "cuda"
+                and not torch.cuda.is_current_stream_capturing()):
+            try:
+                torch.cuda.synchronize(self.device)
+            except RuntimeError as exc:
+                timeout = self._timeout_error()
+                if timeout is None:
+                    raise
+                self._failed = str(timeout)
+                raise timeout from exc
+        timeout = self._timeout_error()
+        if timeout is not None:
+            self._failed = str(timeout)
+            raise timeout
 
     def __repr__(self) -> str:
         return (f"LogitsGather(columns={self.columns}, capacity={self.capacity}, "
                 f"dtype={self.dtype}, device={self.device}, rank={self.rank}/{self.world_size}, "
-                f"backend={self.backend!r})")
+                f"backend={self.backend!r}, on_timeout={self.on_timeout!r}, "
+                f"check_calls={self.check_calls})")
 
 
 __all__ = ["LogitsGather", "PeerTimeoutError"]
