@@ -36,7 +36,9 @@ def _check_outputs(proc: subprocess.CompletedProcess, out: Path) -> None:
     assert table_rows == ["1", "3"]
     assert "WRONG" not in text
 
-    doc = json.loads((out / "bench_tp2_cpu_fp32.json").read_text())
+    doc = json.loads((out / "bench_tp2_cpu_fp32_V1024.json").read_text())
+    table = (out / "bench_tp2_cpu_fp32_V1024.txt").read_text()
+    assert "M |" in table and "mode: CPU, 2 gloo ranks" in table and "targets" in table
     machine = doc["machine"]
     for key in ("hostname", "torch", "triton", "tp", "colocated", "mode", "gpu_count",
                 "gpu_name"):
@@ -50,17 +52,24 @@ def _check_outputs(proc: subprocess.CompletedProcess, out: Path) -> None:
     assert "backend torch.distributed" in status["ours"]["detail"]
     assert status["nccl_symm"]["status"] == "unavailable" and status["nccl_symm"]["reason"]
     assert status["ce_pull"]["status"] == "unavailable" and "CUDA" in status["ce_pull"]["reason"]
-    assert status["limit"]["status"] == "ok" and res["limit"]["gbps"] > 0
+    # the limit is a GPU ceiling: on CPU it is n/a, never a percentage (once 115%-695%)
+    assert status["limit"]["status"] == "unavailable" and "CPU" in status["limit"]["reason"]
+    assert res["limit"]["status"] == "n/a" and "% of limit" in text
     for row, m in zip(res["rows"], (1, 3), strict=True):
         assert row["m"] == m and row["egress_bytes"] == m * 512 * 4
         for name in ("stock", "ours"):
             timing = row["device_us"][name]
             assert timing["median"] > 0 and len(timing["per_rank"]) == 2
             assert len(timing["passes"]) == 2 and timing["spread_pct"] is not None
-        assert row["limit_us"] > 0 and row["ours_gbps"] > 0 and row["speedup_vs_stock"] > 0
-    assert res["targets"]["ours_host_us"] is None  # host cost needs CUDA
+        assert row["limit_us"] is None and row["pct_of_limit"] is None
+        assert row["ours_gbps"] > 0 and row["speedup_vs_stock"] > 0
+    assert res["targets"]["host"]["ours_host_us"] is None  # host cost needs CUDA
+    assert "not applicable: CPU run" in text
+    pct_column = [line.split("|")[-1].strip() for line in text.splitlines()
+                  if line.split("|")[0].strip().isdigit()]
+    assert pct_column == ["n/a", "n/a"]
 
-    png = out / "bench_tp2_cpu_fp32.png"
+    png = out / "bench_tp2_cpu_fp32_V1024.png"
     if importlib.util.find_spec("matplotlib") is None:
         assert "PNG skipped: matplotlib is not installed" in text
     else:
@@ -78,7 +87,7 @@ def test_under_torchrun(tmp_path: Path) -> None:
                 module=["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                         "-m", "logits_gather.bench"])
     _check_outputs(proc, out)
-    assert json.loads((out / "bench_tp2_cpu_fp32.json").read_text())["machine"][
+    assert json.loads((out / "bench_tp2_cpu_fp32_V1024.json").read_text())["machine"][
         "launcher"] == "torchrun"
 
 
@@ -86,6 +95,40 @@ def test_vocab_not_divisible(tmp_path: Path) -> None:
     proc = _run(["--tp", "2", "--vocab", "1024,1023", "--rows", "1"], tmp_path, timeout=50)
     assert proc.returncode == 2
     assert "--vocab 1023 is not divisible by --tp 2" in proc.stderr
+
+
+def test_usage_errors_exit_2_before_any_rank_starts(tmp_path: Path) -> None:
+    """Each refused in the parent, within seconds: no rank is started."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    cases = {
+        "times nothing": (["--methods", "limit"], "--methods limit times nothing"),
+        "unwritable --out": (["--out", str(blocker / "out")], "is not writable"),
+        "too much memory": (["--rows", "1,50000000", "--vocab", "1024", "--dtype", "fp32"],
+                            "GiB is free"),
+        "no GPU to spread over": (["--ranks-per-gpu", "2"], "--ranks-per-gpu 2 needs GPUs"),
+    }
+    for name, (args, message) in cases.items():
+        proc = _run(args, tmp_path, timeout=30)
+        assert proc.returncode == 2, (name, proc.stdout, proc.stderr)
+        assert message in proc.stderr, (name, proc.stderr)
+        assert "Traceback" not in proc.stderr and "rank 0" not in proc.stderr, name
+
+
+def test_several_vocabs_and_runs_never_overwrite(tmp_path: Path) -> None:
+    """Two vocabularies in one run, then a second run: every file name carries V."""
+    out = tmp_path / "out"
+    base = ["--tp", "2", "--rows", "2", "--dtype", "fp32", "--quick", "--methods", "ours",
+            "--out", str(out)]
+    for vocab in ("1024,512", "256"):
+        proc = _run([*base, "--vocab", vocab], tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = sorted(p.name for p in out.iterdir() if p.suffix in (".json", ".txt"))
+    assert names == ["bench_tp2_cpu_fp32_V1024-512.json", "bench_tp2_cpu_fp32_V1024-512.txt",
+                     "bench_tp2_cpu_fp32_V256.json", "bench_tp2_cpu_fp32_V256.txt"]
+    doc = json.loads((out / "bench_tp2_cpu_fp32_V1024-512.json").read_text())
+    assert [r["vocab"] for r in doc["results"]] == [1024, 512]
+    assert list(doc["results"][0]["methods"]) == ["ours"]
 
 
 def test_failing_rank_surfaces(tmp_path: Path) -> None:

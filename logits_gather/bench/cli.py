@@ -10,7 +10,9 @@ import torch
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DEFAULT_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-METHODS = ("stock", "nccl_symm", "ce_pull", "ours", "limit")
+METHODS = ("stock", "nccl_symm", "ce_pull", "ours", "ours_checked", "limit")
+DEFAULT_METHODS = ("stock", "nccl_symm", "ce_pull", "ours", "limit")
+TIMED = tuple(m for m in METHODS if m != "limit")
 
 # knob: (full run, --quick run)
 KNOBS: dict[str, tuple[Any, Any]] = {
@@ -48,6 +50,7 @@ class Config:
     graphs: bool
     host: bool
     colocate: bool
+    ranks_per_gpu: int | None
     ours_backend: str
     nccl_symm_route: str
     stall_timeout: float
@@ -90,8 +93,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", default="151552",
                    help="list of vocab sizes V, each divisible by tp (default %(default)s)")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
-    p.add_argument("--methods", default=",".join(METHODS), help="subset of " + ",".join(METHODS))
-    p.add_argument("--out", default="bench-out", help="directory for the JSON and PNG")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="subset of " + ",".join(METHODS) + " (default %(default)s; ours_checked: "
+                        "LogitsGather(check_calls=True), to state the cost of call checks)")
+    p.add_argument("--out", default="bench-out",
+                   help="directory for the table (.txt), JSON and PNG (checked before the run)")
     p.add_argument("--quick", action="store_true", help="fewer, shorter bursts (smoke runs)")
     for knob, (full, quick) in KNOBS.items():
         p.add_argument("--" + knob.replace("_", "-"), type=type(full), default=None,
@@ -103,7 +109,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-host", dest="host", action="store_false",
                    help="skip host-cost timing")
     p.add_argument("--colocate", action="store_true",
-                   help="put every rank on cuda:0 even when several GPUs are visible")
+                   help="put every rank on cuda:0 even when several GPUs are visible "
+                        "(latency only)")
+    p.add_argument("--ranks-per-gpu", type=int, default=None, metavar="R",
+                   help="R ranks per GPU, rank r on GPU r %% (tp/R): exercises tp above the GPU "
+                        "count with real cross-GPU flags; gloo process group, no stock or "
+                        "nccl_symm; LATENCY ONLY (start an MPS daemon first)")
     p.add_argument("--ours-backend", default="auto",
                    choices=("auto", "symm_mem", "torch.distributed"))
     p.add_argument("--nccl-symm-route", default="mempool", choices=("mempool", "symm_mem"),
@@ -121,6 +132,11 @@ def parse(argv: list[str] | None = None) -> Config:
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise UsageError(f"--methods must be a subset of {','.join(METHODS)}, got {a.methods!r}")
+    if not any(m in TIMED for m in methods):
+        raise UsageError(f"--methods {a.methods} times nothing: name at least one of "
+                         f"{','.join(TIMED)} (limit alone is only a ceiling for them)")
+    if a.ranks_per_gpu is not None and a.ranks_per_gpu < 1:
+        raise UsageError(f"--ranks-per-gpu must be positive, got {a.ranks_per_gpu}")
     knobs = {k: (getattr(a, k) if getattr(a, k) is not None else v[a.quick])
              for k, v in KNOBS.items()}
     for name, value in {**knobs, "sets": a.sets, "graph_calls": a.graph_calls}.items():
@@ -135,7 +151,7 @@ def parse(argv: list[str] | None = None) -> Config:
     return Config(tp=a.tp, rows=rows, vocabs=vocabs, dtype=a.dtype,
                   methods=tuple(m for m in METHODS if m in methods), out=a.out,
                   sets=a.sets, graph_calls=a.graph_calls, graphs=a.graphs, host=a.host,
-                  colocate=a.colocate, ours_backend=a.ours_backend,
+                  colocate=a.colocate, ranks_per_gpu=a.ranks_per_gpu, ours_backend=a.ours_backend,
                   nccl_symm_route=a.nccl_symm_route, stall_timeout=a.stall_timeout,
                   seed=a.seed, quick=a.quick, fail_rank=a.fail_rank, **knobs)
 

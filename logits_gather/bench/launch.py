@@ -1,6 +1,7 @@
 """Starting the ranks: the run's plan, one spawned process per rank, or torchrun's.
 
-The parent never touches a GPU. It watches a queue: every rank reports a
+The parent never touches a GPU (placement: ``plan.py``; checks before the start:
+``preflight.py``). It watches a queue: every rank reports a
 heartbeat at each step, then ``ok`` or its traceback. The first traceback ends
 the run (the other ranks get a short grace period, then are killed, since they
 are likely blocked in a collective with the dead rank); a rank that is silent
@@ -15,65 +16,12 @@ import socket
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 
-import torch
+from .cli import Config, UsageError, parse
+from .plan import Plan, make_plan, rank_env
+from .preflight import check_memory, check_out
 
-from .cli import Config, UsageError, check_divisible, parse
-
-NVLS_OFF = {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NCCL_NVLS_ENABLE": "0",
-            "NVSHMEM_DISABLE_NVLS": "1"}
-OVERLAP_ENV = "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"
 GRACE_S = 5.0
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How the ranks map onto the machine."""
-
-    mode: str        # "nccl": one GPU per rank; "colocated": all on cuda:0; "cpu"
-    tp: int
-    gpus: int        # visible GPUs
-    torchrun: bool
-
-    @property
-    def pg_backend(self) -> str:
-        return "nccl" if self.mode == "nccl" else "gloo"
-
-    def device(self, local_rank: int) -> torch.device:
-        if self.mode == "cpu":
-            return torch.device("cpu")
-        return torch.device("cuda", local_rank if self.mode == "nccl" else 0)
-
-
-def make_plan(cfg: Config, env: dict[str, str] | os._Environ = os.environ) -> Plan:
-    torchrun = "RANK" in env and "WORLD_SIZE" in env
-    world = int(env["WORLD_SIZE"]) if torchrun else None
-    if torchrun and cfg.tp is not None and cfg.tp != world:
-        raise UsageError(f"--tp {cfg.tp} disagrees with WORLD_SIZE={world} set by torchrun")
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    local = int(env.get("LOCAL_WORLD_SIZE", world or 0)) if torchrun else None
-    if gpus == 0:
-        mode, tp = "cpu", world or cfg.tp or 2
-    elif gpus == 1 or cfg.colocate:
-        mode, tp = "colocated", world or cfg.tp or 2
-    else:
-        mode, tp = "nccl", world or cfg.tp or gpus
-        if (local or tp) > gpus:
-            raise UsageError(f"--tp {local or tp} needs {local or tp} GPUs per host, {gpus} are "
-                             "visible; pass --colocate to put every rank on cuda:0")
-    if tp < 2:
-        raise UsageError(f"the run needs at least 2 ranks, got {tp}")
-    check_divisible(cfg.vocabs, tp)
-    return Plan(mode=mode, tp=tp, gpus=gpus, torchrun=torchrun)
-
-
-def rank_env(plan: Plan) -> dict[str, str]:
-    """Environment every rank needs before torch.distributed or CUDA start."""
-    env = dict(NVLS_OFF)
-    if plan.mode == "colocated":
-        env[OVERLAP_ENV] = "1"
-    return env
 
 
 def _free_port() -> int:
@@ -182,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse(argv)
         plan = make_plan(cfg)
+        check_out(cfg.out)
+        check_memory(cfg, plan)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

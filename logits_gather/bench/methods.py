@@ -14,8 +14,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .plan import SHARED_NCCL
+
 ALL_GATHER = getattr(dist, "all_gather_into_tensor", None) or dist.all_gather_single
-COLOCATED_NCCL = "NCCL refuses several ranks on one GPU (colocated run; the process group is gloo)"
 
 
 def vllm_gather(x: torch.Tensor, world: int, group: Any) -> torch.Tensor:
@@ -59,8 +60,8 @@ class Stock(Method):
     name = "stock"
 
     def check(self) -> str | None:
-        if self.ctx.plan.mode == "colocated":
-            return COLOCATED_NCCL
+        if self.ctx.plan.shared:
+            return SHARED_NCCL
         self.graphable = self.ctx.cuda
         self.detail = f"dist.{ALL_GATHER.__name__} + permute copy ({self.ctx.plan.pg_backend})"
         return None
@@ -82,8 +83,8 @@ class NcclSymm(Method):
         mode = self.ctx.plan.mode
         if mode == "cpu":
             return "needs CUDA GPUs and NCCL (this run is on CPU with gloo)"
-        if mode == "colocated":
-            return COLOCATED_NCCL
+        if self.ctx.plan.shared:
+            return SHARED_NCCL
         self.route = self.ctx.cfg.nccl_symm_route
         if self.route == "mempool" and not hasattr(torch.cuda, "use_mem_pool"):
             return f"torch {torch.__version__} has no torch.cuda.use_mem_pool"
@@ -187,18 +188,39 @@ class Ours(Method):
 
     name = "ours"
     launches = 1
+    extra: dict[str, Any] = {}
 
     def setup(self) -> None:
         from logits_gather import LogitsGather
 
         self.gather = LogitsGather(columns=self.n, capacity=self.sets[0].shape[0],
                                    device=self.ctx.device, dtype=self.sets[0].dtype,
-                                   backend=self.ctx.cfg.ours_backend)
-        self.graphable = self.ctx.cuda
-        self.detail = f"backend {self.gather.backend}"
+                                   backend=self.ctx.cfg.ours_backend, **self.extra)
+        self.graphable = self.ctx.cuda and not self.extra
+        self.detail = f"backend {self.gather.backend}" + "".join(
+            f", {k}={v}" for k, v in self.extra.items())
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.gather(x)
 
 
-BUILDERS: dict[str, type[Method]] = {c.name: c for c in (Stock, NcclSymm, CePull, Ours)}
+class OursChecked(Ours):
+    """``LogitsGather(check_calls=True)``: every call verifies that all ranks agree on
+    the call index, M and dtype. Timed next to ``ours`` to state what the checks cost."""
+
+    name = "ours_checked"
+    launches = 4        # the checks may add launches of their own
+    extra = {"check_calls": True}
+
+    def check(self) -> str | None:
+        import inspect
+
+        from logits_gather import LogitsGather
+
+        if "check_calls" not in inspect.signature(LogitsGather.__init__).parameters:
+            return "this LogitsGather has no check_calls keyword (TypeError if passed)"
+        return None
+
+
+BUILDERS: dict[str, type[Method]] = {c.name: c for c in (Stock, NcclSymm, CePull, Ours,
+                                                         OursChecked)}

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 STYLE = {"stock": ("tab:red", "-"), "nccl_symm": ("tab:orange", "-"),
-         "ce_pull": ("tab:purple", "-"), "ours": ("tab:blue", "-")}
+         "ce_pull": ("tab:purple", "-"), "ours": ("tab:blue", "-"),
+         "ours_checked": ("tab:cyan", "-")}
 
 
 def plot(doc: dict[str, Any], path: str) -> str:
@@ -46,7 +47,9 @@ def plot(doc: dict[str, Any], path: str) -> str:
         ax.legend(fontsize=7)
     title = {"nccl": f"logits_gather: {info['tp']}x {info.get('gpu_name')}",
              "colocated": f"logits_gather: {info['tp']} ranks sharing one {info.get('gpu_name')} "
-                          "(says nothing about NVLink)",
+                          "(LATENCY ONLY; says nothing about NVLink)",
+             "spread": f"logits_gather: {info['tp']} ranks over {info.get('gpus_used')}x "
+                       f"{info.get('gpu_name')} (LATENCY ONLY: ranks share SMs and links)",
              "cpu": "logits_gather: gloo ranks on CPU (says nothing about GPUs or NVLink)"}[
         info["mode"]]
     fig.suptitle(title, color="black" if info["mode"] == "nccl" else "darkred")

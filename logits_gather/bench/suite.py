@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from . import limit as limit_mod
 from . import probes
 from .data import InputSets, check
 from .methods import BUILDERS, Method
@@ -133,51 +134,9 @@ def _graph(ctx: Any, clock: Any, data: InputSets, meth: Method, xs: list[torch.T
     return out
 
 
-def _derive(rows: list[dict], push: dict, barrier: dict) -> dict[str, Any]:
-    """The ceiling: bandwidth = the best of the push probe and ours' best M (normally the
-    largest, its barrier latency taken off); limit(M) = barrier latency + egress(M) /
-    bandwidth. Then GB/s, speedup, % of limit."""
-    candidates = {}
-    if push.get("status") == "ok":
-        candidates["push probe"] = push["gbps"]
-    # limit(M) adds the barrier to egress / bandwidth, so ours' bandwidth must leave
-    # the barrier out too, or the ceiling would count it twice (and exceed 100%).
-    fixed = barrier["us"] if barrier.get("status") == "ok" else 0.0
-    ours_bw = {r["m"]: r["egress_bytes"] / (r["device_us"]["ours"]["median"] - fixed) / 1e3
-               for r in rows if "ours" in r["device_us"]
-               and r["device_us"]["ours"]["median"] > 2 * fixed}
-    if ours_bw:
-        best_m = max(ours_bw, key=ours_bw.get)
-        candidates[f"ours at M={best_m}"] = ours_bw[best_m]
-    limit: dict[str, Any] = {"push": push, "barrier": barrier, "candidates_gbps": candidates}
-    if candidates:
-        best = max(candidates, key=candidates.get)
-        limit.update(gbps=candidates[best], bandwidth_source=best)
-    for row in rows:
-        dev = row["device_us"]
-        ours = dev.get("ours", {}).get("median")
-        stock = dev.get("stock", {}).get("median")
-        row["ours_gbps"] = row["egress_bytes"] / ours / 1e3 if ours else None
-        row["speedup_vs_stock"] = stock / ours if ours and stock else None
-        row["limit_us"] = None
-        if "gbps" in limit and barrier.get("status") == "ok":
-            row["limit_us"] = barrier["us"] + row["egress_bytes"] / limit["gbps"] / 1e3
-        row["pct_of_limit"] = 100 * row["limit_us"] / ours if ours and row["limit_us"] else None
-    return limit
-
-
-def limit_probes(ctx: Any, clock: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Peer bandwidth and barrier latency: once per run (they do not depend on V)."""
-    if "limit" not in ctx.cfg.methods:
-        off = {"status": "unavailable", "reason": "--methods excludes limit"}
-        return off, off
-    ctx.beat("limit probes")
-    return probes.push_bandwidth(ctx, clock), probes.barrier_latency(ctx, clock)
-
-
 def bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Any, side: dict[str, Any]) -> dict:
-    """Everything for one V; ``side`` holds the run-wide probes (``push``, ``barrier``,
-    ``ws1``)."""
+    """Everything for one V; ``side`` holds the run-wide probes (``limits``: see
+    ``limit.probes``; ``ws1``)."""
     cfg = ctx.cfg
     columns = vocab // ctx.world
     ctx.beat(f"V={vocab}: inputs")
@@ -188,16 +147,16 @@ def bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Any, side: dict[str, Any]
     methods, status = _build(ctx, columns, data.mine(ctx.rank))
     _gate(ctx, data, methods, status)
     kernels = probes.nccl_kernels(ctx, methods, cfg.rows)
-    push, barrier, ws1 = side["push"], side["barrier"], side["ws1"]
-    if "limit" in cfg.methods:
-        status["limit"] = {"status": "ok" if barrier["status"] == "ok" else "unavailable",
-                           "reason": barrier.get("reason"), "detail": "measured ceiling"}
+    ws1 = side["ws1"]
     bar.step()
     rows = []
     for m in cfg.rows:
         rows.append(_row(ctx, clock, data, methods, ws1, m, bar))
         bar.step()
-    limit = _derive(rows, push, barrier)
+    limit = limit_mod.derive(rows, side["limits"], ctx.plan, cfg)
+    if "limit" in cfg.methods:
+        status["limit"] = {"status": "ok" if limit["status"] == "ok" else "unavailable",
+                           "reason": limit["reason"], "detail": "measured ceiling"}
     ctx.sync()
     ctx.barrier()
     for name, meth in methods.items():  # same order on every rank: closing may be collective

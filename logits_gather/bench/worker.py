@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from .cli import Config
-from .launch import Plan
+from .plan import Plan
 
 
 @dataclass
@@ -103,15 +103,24 @@ def run(cfg: Config, plan: Plan, rank: int, beat: Callable[[str], None]) -> None
 
 
 def _run(ctx: Ctx) -> None:
-    from . import machine, report
+    from . import limit, machine, report
+    from .preflight import check_rank
     from .probes import WorldSizeOne, release_all
     from .progress import Progress
-    from .suite import bench_vocab, limit_probes
+    from .suite import bench_vocab
     from .timing import make_clock
 
     cfg = ctx.cfg
     if cfg.fail_rank == ctx.rank:
         raise RuntimeError(f"--fail-rank {cfg.fail_rank}: this rank fails on purpose")
+    problem = None
+    try:
+        check_rank(ctx)
+    except MemoryError as exc:
+        problem = str(exc)
+    reason = ctx.first_reason(problem)  # every rank stops, none is left in a collective
+    if reason:
+        raise MemoryError(reason)
     info = machine.describe(ctx) if ctx.rank == 0 else None
     if ctx.rank == 0:
         report.preamble(info, ctx)
@@ -119,10 +128,10 @@ def _run(ctx: Ctx) -> None:
     results = []
     with Progress(total=len(cfg.vocabs) * (len(cfg.rows) + 1) + 1, enabled=ctx.rank == 0) as bar:
         bar.label("limit probes")
-        push, barrier = limit_probes(ctx, clock)
+        limits = limit.probes(ctx, clock)
         ws1 = WorldSizeOne(ctx) if ctx.cuda and cfg.host else None
         bar.step()
-        side = {"push": push, "barrier": barrier, "ws1": ws1}
+        side = {"limits": limits, "ws1": ws1}
         for vocab in cfg.vocabs:
             results.append(bench_vocab(ctx, clock, vocab, bar, side))
             gc.collect()
@@ -131,6 +140,12 @@ def _run(ctx: Ctx) -> None:
     if ctx.rank == 0:
         report.finish(info, ctx, results)
     ctx.sync()
+    ctx.barrier()
+    timed = [n for res in results for n, st in res["methods"].items()
+             if n != "limit" and st["status"] == "ok"]
+    if not timed:  # every rank raises: a run that timed nothing must not exit 0
+        raise RuntimeError("no method could be timed: " + "; ".join(
+            f"{n} {st['status']}: {st.get('reason')}" for n, st in results[0]["methods"].items()))
     ctx.barrier()
     release_all()  # every rank at once: no peer is still writing into what is freed
     ctx.sync()
