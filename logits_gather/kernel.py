@@ -189,11 +189,51 @@ def _wait(flag, target, timeout_us, status, code, NUM_THREADS: tl.constexpr,
 
 
 @triton.jit
+def _load_tile(src, t, tiles, N: tl.constexpr, BLOCK: tl.constexpr,
+               TILES_PER_ROW: tl.constexpr):
+    """Tile ``t`` of the shard (one row, ``BLOCK`` columns); nothing past ``tiles``."""
+    row = (t // TILES_PER_ROW).to(tl.int64)
+    cols = (t % TILES_PER_ROW) * BLOCK + tl.arange(0, BLOCK)
+    if N % BLOCK != 0:
+        return tl.load(src + row * N + cols, mask=(cols < N) & (t < tiles))
+    else:
+        return tl.load(src + row * N + cols, mask=t < tiles)
+
+
+@triton.jit
 def _put(dst, off, x, mask, MASKED: tl.constexpr):
     if MASKED:
         tl.store(dst + off, x, mask=mask)
     else:
         tl.store(dst + off, x)
+
+
+@triton.jit
+def _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N: tl.constexpr, RANK: tl.constexpr,
+                WORLD: tl.constexpr, ROW: tl.constexpr, BLOCK: tl.constexpr,
+                TILES_PER_ROW: tl.constexpr):
+    """Stores tile ``t`` into column block ``RANK`` of every rank's slot."""
+    MASKED: tl.constexpr = N % BLOCK != 0
+    row = (t // TILES_PER_ROW).to(tl.int64)
+    cols = (t % TILES_PER_ROW) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    off = row * ROW + RANK * N + cols
+    # Unrolled: Triton cannot index a list of pointer arguments at run time.
+    _put(d0, off, x, mask, MASKED)
+    if WORLD > 1:
+        _put(d1, off, x, mask, MASKED)
+    if WORLD > 2:
+        _put(d2, off, x, mask, MASKED)
+    if WORLD > 3:
+        _put(d3, off, x, mask, MASKED)
+    if WORLD > 4:
+        _put(d4, off, x, mask, MASKED)
+    if WORLD > 5:
+        _put(d5, off, x, mask, MASKED)
+    if WORLD > 6:
+        _put(d6, off, x, mask, MASKED)
+    if WORLD > 7:
+        _put(d7, off, x, mask, MASKED)
 
 
 @triton.jit(do_not_specialize=["m", "timeout_us"])
@@ -214,6 +254,7 @@ def push_gather_kernel(
     NUM_THREADS: tl.constexpr,
     POLL: tl.constexpr,
     TRAP: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
@@ -230,34 +271,22 @@ def push_gather_kernel(
               TIMEOUT_AT_ENTRY, NUM_THREADS, POLL, TRAP)
 
     TILES_PER_ROW: tl.constexpr = (N + BLOCK - 1) // BLOCK
-    MASKED: tl.constexpr = N % BLOCK != 0
     ROW: tl.constexpr = WORLD * N
-    cols0 = tl.arange(0, BLOCK)
-    for t in range(pid, m * TILES_PER_ROW, grid):
-        row = (t // TILES_PER_ROW).to(tl.int64)
-        cols = (t % TILES_PER_ROW) * BLOCK + cols0
-        mask = cols < N
-        if MASKED:
-            x = tl.load(src + row * N + cols, mask=mask)
-        else:
-            x = tl.load(src + row * N + cols)
-        off = row * ROW + RANK * N + cols
-        # Unrolled: Triton cannot index a list of pointer arguments at run time.
-        _put(d0, off, x, mask, MASKED)
-        if WORLD > 1:
-            _put(d1, off, x, mask, MASKED)
-        if WORLD > 2:
-            _put(d2, off, x, mask, MASKED)
-        if WORLD > 3:
-            _put(d3, off, x, mask, MASKED)
-        if WORLD > 4:
-            _put(d4, off, x, mask, MASKED)
-        if WORLD > 5:
-            _put(d5, off, x, mask, MASKED)
-        if WORLD > 6:
-            _put(d6, off, x, mask, MASKED)
-        if WORLD > 7:
-            _put(d7, off, x, mask, MASKED)
+    tiles = m * TILES_PER_ROW
+    if PREFETCH:
+        # Software pipelining by hand: tile t + grid is loaded before tile t is
+        # stored, so the load latency hides behind the stores.
+        x = _load_tile(src, pid, tiles, N, BLOCK, TILES_PER_ROW)
+        for t in range(pid, tiles, grid):
+            ahead = _load_tile(src, t + grid, tiles, N, BLOCK, TILES_PER_ROW)
+            _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N, RANK, WORLD, ROW, BLOCK,
+                        TILES_PER_ROW)
+            x = ahead
+    else:
+        for t in range(pid, tiles, grid):
+            x = _load_tile(src, t, tiles, N, BLOCK, TILES_PER_ROW)
+            _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N, RANK, WORLD, ROW, BLOCK,
+                        TILES_PER_ROW)
 
     tl.debug_barrier()
     _signal_all(peers + ARRIVE * MAXC + pid, to_rank)

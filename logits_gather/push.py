@@ -35,31 +35,29 @@ _raw_stream = torch._C._cuda_getCurrentRawStream
 
 @dataclass(frozen=True)
 class Config:
-    """One launch configuration: ``tile_bytes`` of a row per tile, ``warps`` per CTA."""
+    """One launch configuration: ``tile_bytes`` of a row per tile, ``warps`` per CTA,
+    and whether the next tile is loaded before the current one is stored."""
 
     tile_bytes: int
     warps: int
+    prefetch: bool = False
+    up_to_m: int | None = None  # the largest M this configuration serves (None: any)
 
 
-DEFAULT_CONFIGS = (Config(4096, 4),)
-DEFAULT_POLL = 1
+DEFAULT_CONFIGS = (Config(8192, 4),)
+DEFAULT_POLL = 0
 
 
 def make_plan(columns: int, item: int, capacity: int, ctas: int,
               configs: Sequence[Config]) -> list[tuple[int, int]]:
-    """``plan[m] = (config index, grid)``: for each ``m`` the configuration whose busiest
-    CTA moves the fewest bytes (ties: the earlier configuration), and its grid."""
+    """``plan[m] = (config index, grid)``: the first configuration whose ``up_to_m``
+    admits ``m``, and a grid of one CTA per tile, at most ``ctas``."""
     plan = [(0, 1)]
     for m in range(1, capacity + 1):
-        best = None
-        for i, cfg in enumerate(configs):
-            block = cfg.tile_bytes // item
-            tiles = m * -(-columns // block)
-            grid = min(ctas, tiles)
-            busiest = -(-tiles // grid) * min(block, columns)
-            if best is None or busiest < best[0]:
-                best = (busiest, i, grid)
-        plan.append(best[1:])
+        i = next((i for i, c in enumerate(configs) if c.up_to_m is None or m <= c.up_to_m),
+                 len(configs) - 1)
+        block = configs[i].tile_bytes // item
+        plan.append((i, min(ctas, m * -(-columns // block))))
     return plan
 
 
@@ -100,7 +98,7 @@ class PushGather:
         for i in sorted({i for i, _ in plan[1:]}):
             cfg = configs[i]
             constants = dict(self._constants, BLOCK=cfg.tile_bytes // item, POLL=poll,
-                             NUM_THREADS=cfg.warps * 32)
+                             NUM_THREADS=cfg.warps * 32, PREFETCH=cfg.prefetch)
             compiled[i] = {}
             for graph in (False, True) if self._graphs else (False,):
                 for aligned in (True, False):

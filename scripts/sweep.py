@@ -95,7 +95,11 @@ def _rank(rank, world, a):
     end.record()
     end.synchronize()
     cycles_per_us = 2_000_000 / (start.elapsed_time(end) * 1e3)
-    configs = [Config(*map(int, c.split("x"))) for c in a.configs.split(",")] if Config else []
+    def parse(c: str):  # "8192x4" or "8192x4p" (prefetch)
+        tile, warps = c.rstrip("p").split("x")
+        return Config(int(tile), int(warps), prefetch=c.endswith("p"))
+
+    configs = [parse(c) for c in a.configs.split(",")] if Config else []
     polls = a.polls
     if not hasattr(g._impl, "replan"):  # an older kernel: time its fixed configuration
         configs, polls = [None], [None]
@@ -118,7 +122,7 @@ def _rank(rank, world, a):
                 n = max(5, min(200, int(20_000 / (5 + m))))
                 times = [_burst(g, sub, n, start, end, cycles_per_us) for _ in range(5)]
                 rec = {"poll": poll, "tile_bytes": cfg and cfg.tile_bytes,
-                       "warps": cfg and cfg.warps, "m": m,
+                       "warps": cfg and cfg.warps, "prefetch": cfg and cfg.prefetch, "m": m,
                        "grid": g._impl.plan[m][1] if cfg else g._impl._grid[m],
                        "us": statistics.median(times),
                        "wrong": wrong, "compile_s": compile_s}
@@ -167,7 +171,7 @@ def main() -> None:
     print(f"{'poll':>4} {'config':>8} {'M':>4} {'grid':>4} {'us':>8} {'graph':>8} wrong")
     for r in res:
         g = f"{r['graph_us']:8.2f}" if "graph_us" in r else " " * 8
-        cfg = f"{r['tile_bytes']!s:>5}x{r['warps']!s:<2}"
+        cfg = f"{r['tile_bytes']!s:>5}x{r['warps']!s:<2}{'p' if r.get('prefetch') else ' '}"
         print(f"{r['poll']!s:>4} {cfg} {r['m']:>4} {r['grid']:>4} {r['us']:8.2f} {g} {r['wrong']}")
     print(f"wrote {name}")
 
