@@ -1,0 +1,243 @@
+"""GatherLogitsProcessor: vLLM's LogitsProcessor with the TP logits gather done by LogitsGather.
+
+Only ``_gather_logits`` changes (LoRA's ``LogitsProcessorWithLoRA`` calls it
+too). vLLM's ``_get_logits`` still applies the LM head, calls the gather and
+slices ``[..., :org_vocab_size]``; the fast path returns the ``[M, V_pad]`` rows
+of a LogitsGather slot, with the values and strides of vLLM's own result.
+
+Which path a call takes is the same on every TP rank (they run the same steps
+with the same M, and every decision below is either per call or agreed):
+vLLM's ``tensor_model_parallel_all_gather`` when TP is 1, when the platform
+gathers to rank 0 only, when the rows are zero, not 2-D or not contiguous,
+under torch.compile tracing, when the dtype differs from the first gather's,
+when M exceeds the capacity, during CUDA-graph capture unless this instance
+was built for capture, and for good once the fast path is refused. Otherwise
+the instance's LogitsGather, built at the first eager call with at most
+``rows`` rows (see :mod:`.memory`): in both model runners that is the
+profiling ``_dummy_sampler_run``, so the build is counted by vLLM's KV-cache
+sizing. Before building, every rank checks its free memory and the ranks
+agree on vLLM's TP CPU group; after building they agree again that every rank
+succeeded. Each rank logs its decision.
+
+Lifetime (library contract: call k is good until call k+2 is issued; a
+graph-mode result until the next graph-mode call, within one graph the next
+but one). In vLLM 0.33.0:
+
+* V1 runner: ``execute_model`` computes the logits and parks them;
+  ``sample_tokens`` applies the grammar bitmask in place, then the Sampler
+  reads them (``.to(float32)`` copies bf16/fp16); logprobs are new tensors.
+  Prompt-logprob gathers and drafting come after. Exception: fp32 logits with
+  ``logprobs_mode="processed_logits"``, whose logprobs alias the logits and are
+  copied to the host later; those results are returned as copies.
+* V2 runner: ``sample`` runs the sampler right after ``compute_logits``;
+  prompt logprobs (1024-row chunks) consume each chunk before the next.
+* Drafters build their own LogitsProcessor, hence their own LogitsGather,
+  sized by their own rows. V2's EAGLE/MTP speculator captures "forward +
+  compute_logits + sample" as one FULL graph; its instance is built with
+  ``graphs=True`` during profiling (the speculator's dummy propose is eager),
+  so captured calls take the fast path; each captured gather is consumed by
+  the sample that follows it inside the same graph.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+import torch
+import torch.distributed as dist
+from vllm.config import get_current_vllm_config
+from vllm.distributed import get_tp_group
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+from ..gather import LogitsGather
+from . import memory
+from .settings import CAPACITY_ENV, Settings, log_once
+
+log = logging.getLogger("logits_gather.vllm")
+_PENDING, _READY, _STOCK = "pending", "ready", "stock"
+DRAFTER_TAGS = ("eagle_head", "draft_model", "dflash_head", "dspark_head")
+
+
+def needs_copy(logprobs_mode: str | None, dtype: torch.dtype) -> bool:
+    """True where vLLM may read the logits after the next-but-one gather."""
+    return logprobs_mode == "processed_logits" and dtype == torch.float32
+
+
+def call_mode(logits: torch.Tensor) -> str:
+    """``"compiling"``, ``"capturing"`` or ``"eager"``."""
+    if torch.compiler.is_compiling():
+        return "compiling"
+    if logits.is_cuda and torch.cuda.is_current_stream_capturing():
+        return "capturing"
+    return "eager"
+
+
+def current_role() -> str:
+    """``"drafter"`` inside vLLM's speculative-model loaders (by model tag), else ``"target"``."""
+    try:
+        from vllm.compilation import backends
+    except ImportError:
+        return "target"
+    return "drafter" if getattr(backends, "model_tag", "") in DRAFTER_TAGS else "target"
+
+
+def speculator_captures_full(config: object) -> bool:
+    """True where V2's speculator records compute_logits in FULL CUDA graphs."""
+    try:
+        return bool(config.use_v2_model_runner and not config.model_config.enforce_eager
+                    and config.compilation_config.cudagraph_mode.has_full_cudagraphs())
+    except AttributeError:
+        return False
+
+
+def _accepts(name: str) -> bool:
+    return name in inspect.signature(LogitsGather.__init__).parameters
+
+
+class GatherLogitsProcessor(LogitsProcessor):
+    """``LogitsProcessor`` whose TP gather goes through :class:`~logits_gather.LogitsGather`.
+
+    ``gather_counts`` counts this instance's gathers by path (``"logits_gather"``, ``"vllm"``).
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        config = get_current_vllm_config()
+        self._settings = Settings.load(getattr(config, "additional_config", None))
+        self.role = current_role()
+        self.rows = memory.rows_from_config(config, self.role == "drafter")
+        self.graphs = self.role == "drafter" and speculator_captures_full(config)
+        model_config = getattr(config, "model_config", None)
+        self._logprobs_mode = getattr(model_config, "logprobs_mode", None)
+        self.gather_capacity: int | None = None
+        self._copy = self._capturable = False
+        self._lg: LogitsGather | None = None
+        self._state = _PENDING
+        self.gather_counts = {"logits_gather": 0, "vllm": 0}
+        if self._settings.disable or (self.role == "drafter" and not self._settings.drafters):
+            self._state = _STOCK
+
+    def _gather_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        lg = self._pick(logits)
+        if lg is not None:
+            self.gather_counts["logits_gather"] += 1
+            out = lg(logits)
+            return out.clone() if self._copy else out
+        self.gather_counts["vllm"] += 1
+        return super()._gather_logits(logits)
+
+    def _pick(self, logits: torch.Tensor) -> LogitsGather | None:
+        """The LogitsGather for this call, or None for vLLM's gather."""
+        if self._state is _STOCK or logits.dim() != 2 or not logits.is_contiguous():
+            return None
+        m = logits.shape[0]
+        mode = call_mode(logits)
+        if m == 0 or mode == "compiling":
+            return None
+        if self._state is _PENDING:
+            if mode != "eager" or m > self.rows:
+                return None
+            self._build(logits)
+            if self._state is not _READY:
+                return None
+        lg = self._lg
+        if m > lg.capacity:
+            log_once(f"logits_gather: {self.role} steps with more than {lg.capacity} logit rows "
+                     f"use vLLM's all-gather (capacity / memory_mib, {CAPACITY_ENV})")
+            return None
+        if logits.dtype is not lg.dtype or (mode == "capturing" and not self._capturable):
+            return None
+        return lg
+
+    def _tag(self, tp: object) -> str:
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        return (f"logits_gather [{self.role} LogitsProcessor, TP rank {tp.rank_in_group}/"
+                f"{tp.world_size}, global rank {rank}]")
+
+    def _build(self, logits: torch.Tensor) -> None:
+        """Collective over the TP group (every rank reaches it at the same call)."""
+        tp = get_tp_group()
+        s, device, world = self._settings, logits.device, tp.world_size
+        padded, item = logits.shape[1] * world, logits.element_size()
+        capacity = memory.capacity_for(self.rows, s.memory_mib, padded, item, self.graphs,
+                                       s.capacity)
+        needed = capacity * memory.row_bytes(padded, item, self.graphs)
+        reason, seen = None, ""
+        if world == 1:
+            reason = "TP size is 1"
+        elif not self.use_all_gather:
+            reason = "this platform gathers logits to rank 0 only (use_all_gather() is False)"
+        else:
+            local = None
+            if s.backend == "auto" and device.type != "cuda":
+                local = (f"logits are on {device} and the fast path needs CUDA "
+                         "(backend=torch.distributed uses the library anyway)")
+            elif capacity < 1:
+                local = (f"memory_mib={s.memory_mib:g} is below one row "
+                         f"({memory.row_bytes(padded, item, self.graphs)} bytes)")
+            else:
+                local, seen = memory.fit_problem(device, needed, s.min_free_mib)
+            everyone = memory.agree(tp.cpu_group, (local, capacity))
+            reason = _joined([p for p, _ in everyone])
+            if reason is None and len({c for _, c in everyone}) > 1:
+                reason = (f"ranks computed different capacities {[c for _, c in everyone]} "
+                          "(do their settings differ?)")
+            if reason is None:
+                reason = self._construct(tp, logits, capacity)
+        if reason is not None:
+            if s.backend == "symm_mem" and world > 1 and self.use_all_gather:
+                raise RuntimeError(f"{self._tag(tp)}: backend=symm_mem is impossible: {reason}")
+            self._state = _STOCK
+            log.info("%s: vLLM's all-gather, because %s", self._tag(tp), reason)
+            return
+        lg = self._lg
+        self._state, self.gather_capacity = _READY, lg.capacity
+        self._copy = needs_copy(self._logprobs_mode, lg.dtype)
+        self._capturable = self.graphs and lg.backend == "symm_mem"
+        log.info("%s: fast path (backend=%s, %s, %d rows x %d padded vocab, %d slots = %.1f MiB "
+                 "of symmetric memory; %s; timeout %gs, on_timeout=%s%s%s; settings: %s)",
+                 self._tag(tp), lg.backend, lg.dtype, lg.capacity, padded,
+                 memory.slots(self.graphs), needed / memory.MIB, seen or "no memory check",
+                 lg.timeout_s, getattr(lg, "on_timeout", "raise (library has no on_timeout)"),
+                 ", CUDA-graph capture served" if self._capturable else "",
+                 ", fp32 results copied for processed_logits" if self._copy else "",
+                 s.describe())
+
+    def _construct(self, tp: object, logits: torch.Tensor, capacity: int) -> str | None:
+        """Builds the LogitsGather; None on success on every rank, else the reason."""
+        s = self._settings
+        kwargs = dict(columns=logits.shape[1], capacity=capacity, device=logits.device,
+                      group=tp.device_group, dtype=logits.dtype, backend=s.backend,
+                      timeout_s=s.timeout_s, graphs=self.graphs)
+        if _accepts("on_timeout"):
+            kwargs["on_timeout"] = s.on_timeout
+        else:
+            log_once("logits_gather: this LogitsGather has no on_timeout option: a timed-out "
+                     "gather returns incomplete logits and only the next call raises",
+                     logging.WARNING)
+        lg, failure = None, None
+        try:
+            lg = LogitsGather(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - agreed below, then re-raised or logged
+            failure = f"LogitsGather could not be built ({type(exc).__name__}: {exc})"
+        reason = _joined(memory.agree(tp.cpu_group, failure))
+        if reason is None and s.backend == "auto" and lg.backend != "symm_mem":
+            reason = "symmetric memory is unavailable on this TP group (reason logged above)"
+        if reason is None:
+            self._lg = lg
+        return reason
+
+
+def _joined(problems: list[str | None]) -> str | None:
+    """One reason for the per-rank problems (None: no rank has one)."""
+    found = [(r, p) for r, p in enumerate(problems) if p]
+    if not found:
+        return None
+    if len(found) == len(problems) and len({p for _, p in found}) == 1:
+        return found[0][1]
+    return "; ".join(f"rank {r}: {p}" for r, p in found)
+
+
+__all__ = ["GatherLogitsProcessor", "call_mode", "current_role", "needs_copy",
+           "speculator_captures_full"]
