@@ -4,6 +4,7 @@ the targets, the world-size-1 probe's buffers, and one-way imports. CPU only, fa
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -152,3 +153,22 @@ def test_imports_are_one_way() -> None:
         assert "launch" not in imports(name), name
     for name in ("barrier_probe.py", "push_probe.py", "limit.py"):
         assert not any("kernel" in m or m.endswith("push") for m in imports(name)), name
+
+
+def test_spread_target_across_runs(tmp_path: Path) -> None:
+    from logits_gather.bench import spread
+
+    def doc(mode: str, tp: int, us: float | None) -> dict:
+        graph = {"ours": {"status": "ok", "median": us}} if us else {}
+        return {"machine": {"mode": mode, "tp": tp},
+                "results": [{"vocab": 151552, "rows": [{"m": 1, "graph_us": graph}]}]}
+
+    assert "not measured" in spread.compare(tmp_path)[1]
+    (tmp_path / "bench_tp2_2gpu_bf16_V151552.json").write_text(json.dumps(doc("nccl", 2, 5.0)))
+    (tmp_path / "bench_tp8_x.json").write_text(json.dumps(doc("spread", 8, 9.0)))
+    (tmp_path / "bench_tp4_x.json").write_text(json.dumps(doc("spread", 4, 6.0)))
+    text = "\n".join(spread.compare(tmp_path))
+    assert "tp=8 spread 9.00 µs / tp=2 5.00 µs (V=151552) = 1.80x: MISSED" in text
+    assert "tp=4 spread 6.00 µs / tp=2 5.00 µs (V=151552) = 1.20x: for information" in text
+    (tmp_path / "bench_tp8_x.json").write_text(json.dumps(doc("spread", 8, 7.5)))
+    assert "= 1.50x: met" in "\n".join(spread.compare(tmp_path))
