@@ -43,7 +43,8 @@ def _misaligned(x: torch.Tensor) -> torch.Tensor:
 
 
 def _soak_one(rank, world, device, dtype, columns, capacity, calls, seed) -> None:
-    g = LogitsGather(columns=columns, capacity=capacity, device=device, dtype=dtype)
+    g = LogitsGather(columns=columns, capacity=capacity, device=device, dtype=dtype,
+                     on_timeout="raise", timeout_s=60.0)
     assert g.backend == "symm_mem", g.backend
     slots = g._impl._buffers.slots
     slots.fill_(POISON)

@@ -39,7 +39,8 @@ def _capture(g: LogitsGather, inputs: list[torch.Tensor], outputs: list[torch.Te
 def _replays(rank: int, world: int, placement: str, replays: int) -> None:
     device = rank_device(rank, placement)
     dtype = torch.bfloat16
-    g = LogitsGather(columns=COLUMNS, capacity=CAPACITY, device=device, dtype=dtype)
+    g = LogitsGather(columns=COLUMNS, capacity=CAPACITY, device=device, dtype=dtype,
+                     on_timeout="raise", timeout_s=60.0)
     assert g.backend == "symm_mem", g.backend
     rng = random.Random(7)
     gen = torch.Generator(device=device)
