@@ -118,17 +118,21 @@ def test_usage_errors_exit_2_before_any_rank_starts(tmp_path: Path) -> None:
 def test_several_vocabs_and_runs_never_overwrite(tmp_path: Path) -> None:
     """Two vocabularies in one run, then a second run: every file name carries V."""
     out = tmp_path / "out"
-    base = ["--tp", "2", "--rows", "2", "--dtype", "fp32", "--quick", "--methods", "ours",
-            "--out", str(out)]
+    base = ["--tp", "2", "--rows", "2", "--dtype", "fp32", "--quick", "--methods",
+            "ours,ours_checked", "--out", str(out)]
     for vocab in ("1024,512", "256"):
         proc = _run([*base, "--vocab", vocab], tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "check_calls cost (ours_checked - ours, µs per call): M=2:" in proc.stdout
     names = sorted(p.name for p in out.iterdir() if p.suffix in (".json", ".txt"))
     assert names == ["bench_tp2_cpu_fp32_V1024-512.json", "bench_tp2_cpu_fp32_V1024-512.txt",
                      "bench_tp2_cpu_fp32_V256.json", "bench_tp2_cpu_fp32_V256.txt"]
     doc = json.loads((out / "bench_tp2_cpu_fp32_V1024-512.json").read_text())
     assert [r["vocab"] for r in doc["results"]] == [1024, 512]
-    assert list(doc["results"][0]["methods"]) == ["ours"]
+    status = doc["results"][0]["methods"]
+    assert list(status) == ["ours", "ours_checked"]
+    assert status["ours_checked"]["status"] == "ok", status
+    assert "check_calls=True" in status["ours_checked"]["detail"]
 
 
 def test_failing_rank_surfaces(tmp_path: Path) -> None:

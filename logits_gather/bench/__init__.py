@@ -1,15 +1,30 @@
 """``python -m logits_gather.bench``: LogitsGather against the all-gathers it replaces.
 
-Runs
-----
-The command starts its own ranks, one process per GPU (``--tp`` picks how many;
-default: every visible GPU, NCCL process group). Under ``torchrun`` (``RANK`` and
-``WORLD_SIZE`` set) each process is one rank and nothing is spawned. With one GPU
-the ranks are colocated on it (default ``--tp 2``, gloo, since NCCL refuses two
-ranks on one GPU; ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``); without a GPU
-they are gloo ranks on CPU. Every rank runs with NVLink multicast off
+Runs and placement (``plan.py``)
+--------------------------------
+The command starts its own ranks (``--tp`` picks how many; default: every visible
+GPU). Under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` set) each process is one rank
+and nothing is spawned. Every rank runs with NVLink multicast off
 (``TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1``).
+
+* One rank per GPU, NCCL process group: the only placement whose figures are tp=N
+  figures.
+* ``--ranks-per-gpu R``: rank r on GPU ``r % G`` with ``G = tp / R`` (tp above the GPU
+  count, e.g. ``--tp 8 --ranks-per-gpu 4`` on 2 GPUs). The process group is gloo
+  (NCCL refuses several ranks per GPU, so ``stock`` and ``nccl_symm`` are reported
+  unavailable) and ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1`` is set. Flags
+  cross real links, but the ranks share SMs and links: the table, the JSON
+  (``latency_only``) and the file names say LATENCY ONLY. Start an MPS daemon first
+  (``scripts/multi-gpu-run.sh`` does), or the ranks' kernels time-slice.
+* ``--colocate`` (or a single visible GPU): every rank on cuda:0, the same with G=1.
+* No GPU: gloo ranks on the CPU.
+
 A quick smoke: ``python -m logits_gather.bench --tp 2 --rows 1,64 --quick``.
+Before any rank starts, the parent checks that ``--out`` is writable and that the
+estimated memory fits (``preflight.py``); bad arguments exit with code 2.
+Outputs: ``bench_tp{tp}_{placement}_{dtype}_V{V1-V2...}.{txt,json,png}`` in ``--out``
+(placement ``2gpu``, ``2gpu-4pergpu-latency-only``, ``1gpu-2pergpu-latency-only``,
+``cpu``): the printed tables, everything measured, the plot.
 
 Methods (interleaved: at each M every method runs, in alternating order)
 -----------------------------------------------------------------------
@@ -28,15 +43,24 @@ Methods (interleaved: at each M every method runs, in alternating order)
 * ``ce_pull``: ``torch.ops.symm_mem._low_contention_all_gather`` (copy-engine
   pulls between two barriers) from symmetric inputs, then the permute.
 * ``ours``: ``LogitsGather`` (``--ours-backend``, default ``auto``).
-* ``limit``: the measured ceiling, ``barrier + egress / bandwidth`` with egress per
-  rank ``(tp-1)/tp * M * V * bytes``. Bandwidth is the better of a dedicated push
-  (every rank at once ``copy_``s a ``--limit-mib`` chunk into each peer's symmetric
-  buffer) and ours at its best M (normally the largest), with the barrier latency
-  taken off so it is not counted twice: a ceiling taken from ours
-  alone would flatter ours, one taken from the probe alone could sit below what
-  ours reaches. The barrier is ours at M=1 with 8 columns (a launch, a 16-byte
-  push and the exit barrier): the fixed cost our protocol cannot avoid. Both
-  probes run once per run, and both are in the JSON.
+* ``ours_checked`` (opt-in: ``--methods ...,ours_checked``): ``LogitsGather(...,
+  check_calls=True)``, which verifies on every call that all ranks agree on the
+  call index, M and dtype; timed next to ``ours`` (device and host µs) to state
+  what the checks cost. Unavailable, with the reason, where the keyword is missing.
+* ``limit``: the measured ceiling (``limit.py``), ``floor + egress / bandwidth`` with
+  egress per rank ``(tp-1)/tp * M * V * bytes``.
+  - floor: an independent minimal barrier (``barrier_probe.py``, shares no code with
+    our kernel): one CTA per rank signals every rank with one vector release atomic,
+    then acquire-spins on its own flag; epochs on the device; timed under CUDA-graph
+    replay (20 launches per graph), µs per launch, max over ranks.
+  - bandwidth: the best of two push probes (``push_probe.py``: ``copy_`` of one chunk
+    into each peer's symmetric buffer, and a Triton kernel storing 16-byte vectors
+    from all SMs into every peer, all ranks at once, ``--limit-mib`` egress) and ours
+    at its best M with the floor taken off (so it is not counted twice).
+  - ``% of limit = 100 * limit / ours`` is clipped at 100; the raw value stays in the
+    JSON (``pct_of_limit_raw``) and the cell shows ``100%*`` with a footnote. On CPU
+    (gloo) and when ranks share GPUs the limit means nothing: n/a.
+  The probes run once per run and are in the JSON.
 
 Unavailable methods are reported with the reason, never silently dropped.
 
@@ -65,13 +89,27 @@ Timing protocol
    µs per captured call and the ratio to eager. Graph outputs are checked too.
 8. On CPU: ``time.perf_counter`` around bursts after a barrier; host cost and graphs
    are skipped (they need CUDA), and the output says so.
+9. Targets (``targets.py``), from the same run, each met / MISSED / not measured:
+   ours/stock <= 0.60 at M=1 and <= 0.38 at M=64; under graph replay ours/stock <=
+   0.55 at M=1; >= 90% of the limit at every M and >= 95% at M >= 64; faster than
+   nccl_symm at every M. Across runs, ``python -m logits_gather.bench.spread OUTDIR``
+   checks tp=8 spread graph replay at M=1 against <= 1.6x the tp=2 figure.
 
 Traps that once produced wrong conclusions
 ------------------------------------------
 * Cache-resident inputs: repeating one input measures L2, not HBM or NVLink.
 * One GPU, several processes: "peer" traffic never leaves the GPU and the ranks
   share its SMs (time-sliced without MPS: milliseconds per call). Such timings
-  say nothing about NVLink; the output says so in capitals.
+  say nothing about NVLink; the output says so in capitals. Spread placements
+  (several ranks on each of several GPUs) cross real links but share them: latency
+  only, never bandwidth.
+* A limit measured on ours flatters ours: the old floor (ours at M=1) grew whenever
+  our barrier got slower. The floor is now an independent probe; a % above 100
+  means the ceiling was measured low, so it is clipped and flagged, never shown.
+* Serialised signals: scalar release atomics issued one after another each wait
+  out an NVLink round trip (8 peers: ~4x the cost of one); the floor probe signals
+  all ranks with one vector atomic.
+* Output files named without V or placement overwrote each other; they carry both.
 * JIT host cost: Triton's ``kernel[grid](...)`` dispatch costs 10-20 µs per call;
   the first call also compiles. Ours launches precompiled kernels, and warm-up
   keeps compilation and NCCL communicator creation out of every measurement.

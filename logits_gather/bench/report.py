@@ -157,6 +157,27 @@ def host_table(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def check_cost_lines(res: dict[str, Any], cuda: bool) -> list[str]:
+    """What check_calls=True costs per call: ours_checked minus ours, per M."""
+    if res["methods"].get("ours_checked", {}).get("status") != "ok":
+        return []
+    parts = []
+    for row in res["rows"]:
+        dev = [row["device_us"].get(n, {}).get("median") for n in ("ours", "ours_checked")]
+        host = [row["host_us"].get(n, {}).get("median") for n in ("ours", "ours_checked")]
+        text = f"M={row['m']}: {'device' if cuda else 'wall-clock'} {_delta(dev)}"
+        if None not in host:
+            text += f", host {_delta(host)}"
+        parts.append(text)
+    return ["check_calls cost (ours_checked - ours, µs per call): " + "; ".join(parts)]
+
+
+def _delta(pair: list[float | None]) -> str:
+    if None in pair:
+        return "n/a"
+    return f"{pair[1] - pair[0]:+.2f}"
+
+
 def stem(ctx: Any, info: dict[str, Any]) -> str:
     """File names carry tp, placement, dtype and every V: runs never overwrite each other."""
     cfg = ctx.cfg
@@ -176,6 +197,7 @@ def finish(info: dict[str, Any], ctx: Any, results: list[dict[str, Any]]) -> Non
             lines += ["", *host_table(res)]
         elif not ctx.cuda:
             lines += ["", "host cost and CUDA-graph timing skipped: they need CUDA"]
+        lines += check_cost_lines(res, ctx.cuda)
         lines += ["", *targets.lines(res, info["mode"])]
         text += lines + [""]
         print("\n".join(lines) + "\n")
