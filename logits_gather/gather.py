@@ -133,12 +133,20 @@ class LogitsGather:
     def _on(device: torch.device):
         return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
+    def _failures(self, step: str, failure: str | None) -> list[str]:
+        """Every rank's failure at ``step`` (collective); one line if all ranks saw the same.
+        The step name is compared too: ranks that reached different steps raise together."""
+        every = agree(self.group, {"step": step}, [], extra=failure)
+        if all(f == every[0] for f in every):
+            return [every[0]] if every[0] else []
+        return [f"rank {r}: {f}" for r, f in enumerate(every) if f]
+
     def _build(self, extras: list[Any], backend: str, graphs: bool) -> tuple[str, Any]:
         reasons = [f"rank {r}: {why}" for r, (why, _) in enumerate(extras) if why]
         if not reasons and backend != "torch.distributed":
             from .symmetric import peer_problem
             mine = peer_problem(self.rank, [info for _, info in extras])
-            reasons = agree(self.group, {}, [], extra=mine)
+            reasons = agree(self.group, {"step": "peer access"}, [], extra=mine)
             reasons = [f"rank {r}: {why}" for r, why in enumerate(reasons) if why]
         if backend == "torch.distributed":
             reasons = ["backend='torch.distributed' was requested"]
@@ -146,11 +154,11 @@ class LogitsGather:
             raise RuntimeError("backend='symm_mem' is impossible here: " + "; ".join(reasons))
         if not reasons and self.world_size > 1:
             impl, failure = self._try_symm_mem([info for _, info in extras], graphs)
-            failures = [f"rank {r}: {f}" for r, f in enumerate(agree(self.group, {}, [], failure))
-                        if f]
+            failures = self._failures("symm_mem setup", failure)
             if not failures:
                 _log_once(f"LogitsGather: symmetric-memory kernel on {self.world_size} ranks")
                 return "symm_mem", impl
+            del impl
             if backend == "symm_mem":
                 raise RuntimeError("backend='symm_mem' failed to set up: " + "; ".join(failures))
             reasons = failures
@@ -159,17 +167,28 @@ class LogitsGather:
         if backend == "auto":
             _log_once("LogitsGather: using the torch.distributed fallback because "
                       + "; ".join(reasons))
-        return "torch.distributed", DistributedGather(
-            columns=self.columns, capacity=self.capacity, world_size=self.world_size,
-            dtype=self.dtype, device=self.device, group=self.group, timeout_s=self.timeout_s)
+        impl, failure = None, None
+        try:
+            impl = DistributedGather(
+                columns=self.columns, capacity=self.capacity, world_size=self.world_size,
+                dtype=self.dtype, device=self.device, group=self.group, timeout_s=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory on one rank: agree first
+            failure = f"{type(exc).__name__}: {exc}"
+        failures = self._failures("fallback allocation", failure)
+        if failures:
+            raise RuntimeError("LogitsGather could not allocate the torch.distributed "
+                               "fallback's buffers: " + "; ".join(failures))
+        return "torch.distributed", impl
 
     def _try_symm_mem(self, infos: list[Any], graphs: bool) -> tuple[Any, str | None]:
-        from .kernel import FLAG_ROWS
-        from .push import EAGER_SLOTS, GRAPH_SLOTS, PushGather
-        from .symmetric import allocate, max_ctas
-
-        ctas = max_ctas(infos)
+        """Allocation (agreed inside :func:`.symmetric.allocate`), then compilation; the
+        caller agrees on the outcome, so a failure on one rank never strands the others."""
         try:
+            from .kernel import FLAG_ROWS
+            from .push import EAGER_SLOTS, GRAPH_SLOTS, PushGather
+            from .symmetric import allocate, max_ctas
+
+            ctas = max_ctas(infos)
             buffers = allocate(capacity=self.capacity, columns=self.columns,
                                slots=EAGER_SLOTS + (GRAPH_SLOTS if graphs else 0),
                                world_size=self.world_size, rank=self.rank, dtype=self.dtype,

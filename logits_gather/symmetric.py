@@ -2,6 +2,7 @@
 
 Everything here is collective over the group and happens once, at
 construction; the per-call path only reads the frozen :class:`PeerBuffers`.
+Allocation success is agreed on before any rendezvous (see :func:`allocate`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from .checks import agree
 
 OVERLAP_ENV = "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"
 
@@ -72,21 +75,44 @@ def max_ctas(infos: list[dict[str, object]]) -> int:
     return max(1, min(int(i["sms"]) for i in infos) // sharing)
 
 
+class AllocationError(RuntimeError):
+    """Symmetric memory could not be allocated on some rank; raised on every rank."""
+
+
 def allocate(*, capacity: int, columns: int, slots: int, world_size: int, rank: int,
              dtype: torch.dtype, device: torch.device, ctas: int, flag_rows: int,
              group: dist.ProcessGroup | None) -> PeerBuffers:
+    """Allocates, agrees on success with every rank, and only then rendezvouses.
+
+    ``symm_mem.empty`` can fail on one rank alone (out of memory, say). Its peers
+    would then block in the rendezvous handle exchange until the store times out;
+    instead every rank learns of the failure in one exchange first and raises the
+    same :class:`AllocationError`, naming the failing ranks.
+    """
     import torch.distributed._symmetric_memory as symm_mem
 
     group = group if group is not None else dist.group.WORLD
-    enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
-    if enable is not None:  # needed by older torch, deprecated (or absent) in newer
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            enable(group.group_name)
     stride = slot_stride(capacity, world_size * columns)
-    data = symm_mem.empty(slots * stride, dtype=dtype, device=device)
-    flags = symm_mem.empty(flag_rows * ctas, dtype=torch.int32, device=device)
-    flags.zero_()
+    data = flags = None
+    failure = None
+    try:
+        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+        if enable is not None:  # needed by older torch, deprecated (or absent) in newer
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                enable(group.group_name)
+        data = symm_mem.empty(slots * stride, dtype=dtype, device=device)
+        flags = symm_mem.empty(flag_rows * ctas, dtype=torch.int32, device=device)
+        flags.zero_()
+    except Exception as exc:  # noqa: BLE001 - agreed below, raised on every rank
+        failure = f"{type(exc).__name__}: {exc}"
+    every = agree(group, {"step": "symm_mem allocation"}, [], extra=failure)
+    failed = [f"rank {r}: {f}" for r, f in enumerate(every) if f]
+    if failed:
+        del data, flags
+        raise AllocationError(
+            f"symmetric-memory allocation ({slots} slots x {capacity} x {world_size * columns} "
+            f"{dtype} per rank) failed on " + "; ".join(failed))
     data_handle = symm_mem.rendezvous(data, group)
     flag_handle = symm_mem.rendezvous(flags, group)
     data_bases = _bases(data, data_handle, rank)

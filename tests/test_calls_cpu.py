@@ -1,0 +1,118 @@
+"""LogitsGather(check_calls=True) on 2 and 3 gloo ranks: every broken call contract
+raises the same ValueError on every rank (nobody hangs, aborts in gloo or returns
+garbage), and the object stays usable when all ranks agree it is."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from logits_gather import LogitsGather, PeerTimeoutError
+from tests.data import random_bits, same_bits
+from tests.dist import run_ranks
+
+KW = dict(columns=6, capacity=4, device="cpu", dtype=torch.float32)
+
+
+class Calls:
+    """Exact calls with fresh data, and failing calls whose messages are collected."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world, self.seed, self.messages = rank, world, 0, []
+
+    def exact(self, g: LogitsGather, m: int = 3) -> None:
+        self.seed += 1
+        full = random_bits(self.seed, (m, 6 * self.world), torch.float32)
+        out = g(full[:, self.rank * 6:(self.rank + 1) * 6].contiguous())
+        assert same_bits(out, full), f"call with seed {self.seed}"
+
+    def fails(self, g: LogitsGather, shard, *expected: str) -> BaseException:
+        with pytest.raises(ValueError, match="call check") as info:
+            g(shard)
+        text = str(info.value)
+        for line in expected:
+            assert line in text, f"{line!r} not in:\n{text}"
+        self.messages.append(text)
+        return info.value
+
+
+def _contract(rank: int, world: int) -> list[str]:
+    c = Calls(rank, world)
+    g = LogitsGather(**KW)
+    assert g.check_calls, "LOGITS_GATHER_CHECK_CALLS=1 must turn the check on"
+    last = world - 1
+    c.exact(g)
+    # a different M on the last rank
+    m = 2 if rank == last else 3
+    c.fails(g, torch.ones(m, 6), "M differs between ranks",
+            f"rank {last}: object #0, call 1, M=2, dtype=torch.float32",
+            "rank 0: object #0, call 1, M=3, dtype=torch.float32")
+    c.exact(g, 4)
+    # a different dtype on rank 0 (a rejected input too: the dtype is fixed at construction)
+    dtype = torch.float16 if rank == 0 else torch.float32
+    c.fails(g, torch.ones(3, 6, dtype=dtype), "dtype differs between ranks",
+            "rank 0: object #0, call 3, M=3, dtype=torch.float16; input rejected: TypeError: "
+            "shard.dtype must be torch.float32 (as constructed), got torch.float16",
+            "rejected input on rank 0")
+    c.exact(g, 1)
+    # a bad input on one rank only: each kind, each rank in turn
+    bad = [torch.ones(3, 5), [[1.0] * 6], torch.ones(6, 3).t(), torch.empty(3, 6, device="meta"),
+           torch.ones(5, 6)]
+    why = ["shard.shape[1] must equal columns=6, got 5", "shard must be a torch.Tensor, got list",
+           "shard must be contiguous", "shard.device must be cpu (this object's device), got meta",
+           "shard.shape[0] (M) must be in 1..4 (capacity), got 5"]
+    for i, (shard, text) in enumerate(zip(bad, why, strict=True)):
+        culprit = i % world
+        error = c.fails(g, shard if rank == culprit else torch.ones(3, 6),
+                        f"rejected input on rank {culprit}", text)
+        assert (error.__cause__ is not None) == (rank == culprit), "the culprit chains its own"
+        c.exact(g, 1 + i % 4)
+    # rank 1 skips a call of g and goes on to h: the object and call index differ
+    h = LogitsGather(**KW)
+    c.exact(h)
+    c.exact(g)
+    first, second = (g, h) if rank != 1 else (h, g)
+    c.fails(first, torch.ones(3, 6), "object differs between ranks",
+            "call index differs between ranks", "rank 1: object #1, call 1")
+    c.fails(second, torch.ones(3, 6), "object differs between ranks")  # the calls realign
+    c.exact(g)
+    c.exact(h, 2)
+    assert (g._calls.calls, h._calls.calls) == (18, 3)
+    return c.messages
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_rank_raises_the_same_error(world: int) -> None:
+    per_rank = run_ranks(_contract, world, env={"LOGITS_GATHER_CHECK_CALLS": "1"})
+    assert all(messages == per_rank[0] for messages in per_rank), per_rank
+    assert len(per_rank[0]) == 9
+
+
+def _skipped_for_good(rank: int, world: int) -> float:
+    g = LogitsGather(**KW, check_calls=True, timeout_s=1.0)
+    c = Calls(rank, world)
+    c.exact(g)
+    waited = 0.0
+    if rank == 0:  # rank 1 skips this call: rank 0 times out in the check, not in gloo
+        started = time.monotonic()
+        with pytest.raises(PeerTimeoutError, match=r"not every rank reached call 1 of checked "
+                                                   r"object #0 within timeout_s=1 s"):
+            g(torch.ones(3, 6))
+        waited = time.monotonic() - started
+        with pytest.raises(PeerTimeoutError, match="call 1 of checked object"):
+            g(torch.ones(3, 6))  # unusable from now on
+    else:
+        time.sleep(2.5)
+        # rank 1's late call pairs with rank 0's abandoned check and then finds nobody in
+        # the all-gather: it times out there instead of hanging
+        with pytest.raises(PeerTimeoutError, match="did not join the all-gather"):
+            g(torch.ones(3, 6))
+    # no barrier: rank 1's abandoned all-gather still occupies the gloo group
+    return waited
+
+
+def test_a_skipped_call_ends_in_timeouts_not_hangs() -> None:
+    waited = run_ranks(_skipped_for_good, 2, timeout=60)[0]
+    assert 0.9 < waited < 2.0, f"rank 0 waited {waited:.2f} s with timeout_s=1"
