@@ -215,3 +215,54 @@ def _fallback_oom_entry(rank: int, world: int) -> str:
 def test_fallback_allocation_failure_on_one_rank_raises_everywhere() -> None:
     messages = run_ranks(_fallback_oom_entry, 3)
     assert len(set(messages)) == 1
+
+
+def _symm_mem_oom(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Drives the real construction path down to symmetric.allocate on CPU, with fakes
+    for what needs a GPU; symm_mem.empty fails on rank 1 only."""
+    import sys
+    import types
+
+    import torch.distributed._symmetric_memory as symm_mem
+
+    import logits_gather.gather as gather_mod
+    import logits_gather.symmetric as symmetric
+
+    monkeypatch.setattr(gather_mod, "_symm_mem_problem", lambda device: None)
+    monkeypatch.setattr(symmetric, "describe_device", lambda device: {
+        "host": "h", "uuid": f"gpu{rank}", "index": rank, "sms": 8})
+    monkeypatch.setattr(symmetric, "peer_problem", lambda me, infos: None)
+    monkeypatch.setitem(sys.modules, "logits_gather.kernel", types.SimpleNamespace(FLAG_ROWS=4))
+    monkeypatch.setitem(sys.modules, "logits_gather.push", types.SimpleNamespace(
+        EAGER_SLOTS=3, GRAPH_SLOTS=2, PushGather=None))
+    rendezvous: list[int] = []
+
+    def empty(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        if rank == 1 and dtype != torch.int32:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.20 GiB")
+        return torch.empty(n, dtype=dtype, device=device)
+
+    monkeypatch.setattr(symm_mem, "empty", empty)
+    monkeypatch.setattr(symm_mem, "rendezvous", lambda t, g: rendezvous.append(1))
+    monkeypatch.setattr(symm_mem, "enable_symm_mem_for_group", lambda name: None, raising=False)
+    messages = [_raises_everywhere(
+        rank, lambda: LogitsGather(**KW, backend="symm_mem"),
+        r"backend='symm_mem' failed to set up: AllocationError: symmetric-memory allocation "
+        r"\(5 slots x 4 x 18 torch.float32 per rank\) failed on rank 1: OutOfMemoryError: "
+        r"CUDA out of memory", RuntimeError)]
+    g = LogitsGather(**KW, backend="auto")  # falls back on every rank, and works
+    assert g.backend == "torch.distributed"
+    shard, full = _shard(7, rank, world)
+    assert same_bits(g(shard), full)
+    assert not rendezvous, "no rank may enter the rendezvous after a failed allocation"
+    return messages
+
+
+def _symm_mem_oom_entry(rank: int, world: int) -> list[str]:
+    with pytest.MonkeyPatch.context() as mp:
+        return _symm_mem_oom(rank, world, mp)
+
+
+def test_symm_mem_allocation_failure_on_one_rank_strands_nobody() -> None:
+    messages = run_ranks(_symm_mem_oom_entry, 3)
+    assert messages[0] == messages[1] == messages[2]
