@@ -1,0 +1,204 @@
+"""The plugin driven the way vLLM 0.33.0's model runners call ``compute_logits``.
+
+Models call ``self.logits_processor(self.lm_head, hidden_states)`` from
+``compute_logits``; the sequences below follow the runners' code (paths are in
+the vllm package), on 2 gloo ranks, bit for bit against vLLM's own class:
+
+* profiling: ``profile_run`` -> ``_dummy_sampler_run`` computes logits for
+  ``min(max_num_seqs, max_num_batched_tokens)`` rows (V2
+  ``v1/worker/gpu/model_runner.py``, V1 ``v1/worker/gpu_model_runner.py``, with
+  ``rand_like`` hidden states): the build must happen there.
+* V2 ``sample_tokens`` -> ``sample``: ``hidden_states[logits_indices]``, then
+  the grammar bitmask in place, then the sampler; then prompt logprobs through
+  the real ``compute_prompt_logprobs_with_chunking`` (1024-row chunks).
+* V1 ``execute_model`` parks the logits, ``sample_tokens`` masks and samples
+  them, then ``_get_prompt_logprobs_dict`` gathers each request's prompt rows.
+* LoRA: the real ``LogitsProcessorWithLoRA._get_logits``, which calls
+  ``base_layer._gather_logits`` (punica's in-place delta is replaced by a
+  deterministic in-place add, since punica needs vLLM's compiled ops).
+* Drafters: built under the speculative loaders' model tag; V2's FULL-graph
+  speculator gets a graph-capable instance sized by the drafter's rows; the
+  capture-time routing (vLLM's path until built, for non-capturable instances
+  and under torch.compile).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from tests.data import mismatch, same_bits
+from tests.dist import run_ranks
+from tests.test_vllm_plugin import (
+    ENV,
+    HIDDEN,
+    MAX_NUM_SEQS,
+    PADDED,
+    TD,
+    VOCAB,
+    collect,
+    head,
+    hidden,
+    stock,
+    vllm_ranks,
+)
+
+pytestmark = pytest.mark.vllm
+BUDGET_MIB = 0.09375  # 98,304 B: fp32 rows cost 12,288 B (3 slots), 20,480 B (5 slots)
+
+
+def _same(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    if not got.is_floating_point():
+        assert torch.equal(got, want), what
+        return
+    assert got.shape == want.shape and same_bits(got, want), what + ": " + mismatch(got, want)
+
+
+def _topk_scores(logits, num_logprobs, token_ids, logits_mode=False):
+    """``compute_topk_scores`` of ``v1/worker/gpu/sample/logprob.py`` in plain torch
+    (its rank kernel is Triton): reads the chunk's logits before the next chunk."""
+    from types import SimpleNamespace
+
+    ids = torch.cat((token_ids.unsqueeze(-1), logits.topk(num_logprobs, -1).indices), 1)
+    picked = logits.gather(-1, token_ids.unsqueeze(-1))
+    return SimpleNamespace(logprob_token_ids=ids, logprobs=logits.gather(-1, ids).float(),
+                           selected_token_ranks=(logits > picked).sum(-1))
+
+
+def _v2_and_v1(rank: int, ours, ref, lm_head, seed: int) -> None:
+    from vllm.v1.worker.gpu.sample import prompt_logprob
+
+    prompt_logprob.compute_topk_scores = _topk_scores  # vLLM's needs a Triton kernel
+
+    # profile_run -> _dummy_sampler_run: the first call, which builds.
+    profile_rows = min(MAX_NUM_SEQS, 2048)
+    h = torch.rand_like(hidden(seed, profile_rows, torch.float32))
+    _same(ours(lm_head, h), ref(lm_head, h), f"rank {rank} profile")
+    assert ours._state == "ready" and ours.gather_capacity == MAX_NUM_SEQS
+    for step, (tokens, reqs) in enumerate([(9, 3), (MAX_NUM_SEQS, MAX_NUM_SEQS), (40, 2)]):
+        # V2 sample(): logits for the last token of each request, bitmask in place.
+        states = hidden(seed + 100 + step, tokens, torch.float32)
+        logits_indices = torch.randperm(tokens, generator=torch.Generator().manual_seed(
+            seed + step))[:reqs].sort().values
+        got, want = ours(lm_head, states[logits_indices]), ref(lm_head, states[logits_indices])
+        mask = torch.rand(got.shape, generator=torch.Generator().manual_seed(step)) < 0.3
+        got.masked_fill_(mask, float("-inf"))
+        want.masked_fill_(mask, float("-inf"))
+        _same(got.to(torch.float32).softmax(-1), want.to(torch.float32).softmax(-1),
+              f"rank {rank} V2 sample step {step}")
+    # V2 prompt logprobs: 1024-row chunks (the first above capacity, the second not).
+    prompt = hidden(seed + 7, 1024 + 5, torch.float32)
+    ids = torch.randint(0, VOCAB, (1024 + 5,), generator=torch.Generator().manual_seed(seed))
+    before = dict(ours.gather_counts)
+    results = [prompt_logprob.compute_prompt_logprobs_with_chunking(
+        ids, prompt, lambda x, p=p: p(lm_head, x), 3, logprobs_mode="raw_logits")
+        for p in (ours, ref)]
+    for got, want in zip(*results, strict=True):
+        _same(got, want, f"rank {rank} prompt logprobs")
+    assert ours.gather_counts["logits_gather"] - before["logits_gather"] == 1
+    assert ours.gather_counts["vllm"] - before["vllm"] == 1
+    # V1 execute_model then sample_tokens, then prompt logprobs per request.
+    parked = ours(lm_head, hidden(seed + 8, 4, torch.float32))
+    parked_ref = ref(lm_head, hidden(seed + 8, 4, torch.float32))
+    parked[:, ::7] = float("-inf")
+    parked_ref[:, ::7] = float("-inf")
+    _same(parked.argmax(-1), parked_ref.argmax(-1), f"rank {rank} V1 sample")
+    for n in (MAX_NUM_SEQS + 1, 3):
+        _same(ours(lm_head, prompt[:n]), ref(lm_head, prompt[:n]), f"rank {rank} V1 prompt")
+
+
+def _lora(rank: int, ours, ref, lm_head, seed: int) -> None:
+    from vllm.config.lora import LoRAConfig
+    from vllm.lora.layers.logits_processor import LogitsProcessorWithLoRA
+
+    class Punica:  # punica's add_lora_logits accumulates into the logits in place
+        def add_lora_logits(self, y, x, a, b, scale):
+            return y.add_(x.sum(-1, keepdim=True).to(y.dtype) * scale)
+
+    layers = []
+    for base in (ours, ref):
+        layer = LogitsProcessorWithLoRA(base, HIDDEN, torch.float32, torch.device("cpu"),
+                                        lm_head.get_sharded_to_full_mapping())
+        config = LoRAConfig(max_lora_rank=8, max_loras=1, lora_dtype=torch.float32)
+        layer.create_lora_weights(1, config)
+        layer.set_mapping(Punica())
+        layers.append(layer)
+    for step, m in enumerate((2, MAX_NUM_SEQS, MAX_NUM_SEQS + 3)):
+        h = hidden(seed + 50 + step, m, torch.float32)
+        got, want = (layer._get_logits(h, lm_head) for layer in layers)
+        _same(got, want, f"rank {rank} LoRA step {step}")
+
+
+
+def _drafters(rank: int, world_size: int, seed: int, counts: dict) -> None:
+    from vllm.compilation.backends import set_model_tag
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    from logits_gather.vllm import processor
+
+    lm_head = head(seed, rank, torch.float32)
+    processor.speculator_captures_full = lambda config: True  # V2, FULL cudagraphs
+    with set_model_tag("eagle_head"):
+        draft = LogitsProcessor(VOCAB)
+    assert draft.role == "drafter" and draft.graphs and draft.rows == MAX_NUM_SEQS
+    modes = {"now": "capturing"}
+    processor.call_mode = lambda logits: modes["now"]
+    h = hidden(seed + 60, 2, torch.float32)
+    ref = stock(VOCAB)
+    _same(draft(lm_head, h), ref(lm_head, h), "capture before the build")
+    assert draft._state == "pending" and draft.gather_counts["vllm"] == 1
+    modes["now"] = "eager"  # the speculator's eager dummy propose in profile_run
+    _same(draft(lm_head, h), ref(lm_head, h), "drafter profile")
+    assert draft._state == "ready" and draft.gather_capacity == 4  # 98,304 B // 20,480 B
+    modes["now"] = "capturing"  # torch.distributed is not capturable: vLLM's path
+    _same(draft(lm_head, h), ref(lm_head, h), "capture, torch.distributed")
+    draft._capturable = True  # as a symm_mem instance built with graphs=True
+    _same(draft(lm_head, h), ref(lm_head, h), "capture, capturable")
+    modes["now"] = "compiling"
+    _same(draft(lm_head, h), ref(lm_head, h), "torch.compile tracing")
+    modes["now"] = "eager"
+    _same(draft(lm_head, hidden(seed, 5, torch.float32)),
+          ref(lm_head, hidden(seed, 5, torch.float32)), "above the drafter's capacity")
+    counts["drafter"] = dict(draft.gather_counts)
+    processor.speculator_captures_full = lambda config: False  # V1 or no FULL graphs
+    with set_model_tag("draft_model"):
+        v1_draft = LogitsProcessor(VOCAB)
+    assert v1_draft.role == "drafter" and not v1_draft.graphs
+
+
+def _paths_rank(rank: int, world_size: int, seed: int) -> dict:
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    messages = collect()
+    counts: dict = {}
+    with vllm_ranks(rank, world_size, dict(TD, memory_mib=BUDGET_MIB)):
+        lm_head = head(seed, rank, torch.float32)
+        assert lm_head.weight.shape[0] == PADDED // world_size
+        ours, ref = LogitsProcessor(VOCAB), stock(VOCAB)
+        _v2_and_v1(rank, ours, ref, lm_head, seed)
+        counts["target"] = dict(ours.gather_counts)
+        lora_base, lora_ref = LogitsProcessor(VOCAB), stock(VOCAB)
+        _lora(rank, lora_base, lora_ref, lm_head, seed)
+        counts["lora"] = dict(lora_base.gather_counts)
+        _drafters(rank, world_size, seed, counts)
+    built = [m for m in messages if "fast path" in m]
+    assert len(built) == 3, messages
+    assert "6 rows x 1024 padded vocab, 3 slots = 0.1 MiB" in built[0], built[0]
+    assert "4 rows x 1024 padded vocab, 5 slots = 0.1 MiB" in built[2], built[2]
+    assert all("timeout 300s, on_timeout=trap" in m for m in built), built
+    assert all(f"TP rank {rank}/{world_size}" in m for m in built)
+    assert "memory_mib=0.09375 (additional_config)" in built[0]
+    return counts
+
+
+def test_runner_call_paths() -> None:
+    results = run_ranks(_paths_rank, 2, random.randrange(1 << 30), env=ENV, timeout=300)
+    for counts in results:
+        # profile + 3 V2 steps + 1 prompt chunk + V1 step + 1 V1 prompt row set;
+        # vLLM: one 1024-row chunk and one 7-row V1 prompt.
+        assert counts["target"] == {"logits_gather": 7, "vllm": 2}, counts
+        assert counts["lora"] == {"logits_gather": 2, "vllm": 1}, counts
+        # vLLM: capture before the build, capture on torch.distributed, compiling, 5 > 4 rows
+        assert counts["drafter"] == {"logits_gather": 2, "vllm": 4}, counts
