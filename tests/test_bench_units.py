@@ -54,6 +54,23 @@ def test_placement_errors(args: list[str], gpus: int, message: str) -> None:
         _plan(args, gpus)
 
 
+def test_file_names_carry_vocab_and_placement() -> None:
+    """Runs that differ in V, dtype or placement never overwrite each other."""
+    def stem(args: list[str], gpus: int) -> str:
+        cfg, p = parse(args), _plan(args, gpus)
+        ctx = SimpleNamespace(cfg=cfg, world=p.tp)
+        return Path(report.stem(ctx, {"placement": p.tag})).name
+
+    names = {stem(["--tp", "2"], 2), stem(["--tp", "2", "--vocab", "151552,129280"], 2),
+             stem(["--tp", "2", "--vocab", "129280"], 2), stem(["--tp", "2", "--dtype", "fp16"], 2),
+             stem(["--tp", "4", "--ranks-per-gpu", "2"], 2), stem(["--tp", "2"], 0),
+             stem(["--tp", "2", "--colocate"], 2)}
+    assert len(names) == 7
+    assert "bench_tp2_2gpu_bf16_V151552-129280" in names
+    assert "bench_tp4_2gpu-2pergpu-latency-only_bf16_V151552" in names
+    assert "bench_tp2_1gpu-2pergpu-latency-only_bf16_V151552" in names
+
+
 def test_methods_that_time_nothing_are_refused() -> None:
     with pytest.raises(UsageError, match="times nothing"):
         parse(["--methods", "limit"])
