@@ -50,6 +50,7 @@ def _timeout(rank: int, world: int, placement: str, mode: str, peer: str) -> str
             assert "incomplete" in str(info.value)
             with pytest.raises(PeerTimeoutError):
                 g(shard)
+            message = str(info.value)
         else:
             with pytest.raises(RuntimeError) as cuda_error:  # the trap, reported by CUDA
                 torch.cuda.synchronize()
