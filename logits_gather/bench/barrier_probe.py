@@ -36,11 +36,13 @@ import torch
 CAPTURED = 20
 TIMEOUT_NS = 2_000_000_000
 _KERNEL: Any = None
+tl: Any = None
+globaltimer: Any = None
 
 
 def kernel() -> Any:
     """The Triton kernel, built on first use."""
-    global _KERNEL
+    global _KERNEL, tl, globaltimer  # module globals: the JIT resolves names there
     if _KERNEL is None:
         import triton
         import triton.language as tl

@@ -20,10 +20,11 @@ import torch
 
 BLOCK = 2048          # int32 per program per step: 4 x 16 B per thread at 4 warps
 _KERNEL: Any = None
+tl: Any = None
 
 
 def kernel() -> Any:
-    global _KERNEL
+    global _KERNEL, tl  # a module global: the JIT resolves names there
     if _KERNEL is None:
         import triton
         import triton.language as tl
