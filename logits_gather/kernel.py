@@ -40,12 +40,12 @@ round trip. Measured on 2 H200s (one CTA signalling a peer ``K`` times, then
 waiting, graph replay): ``K`` scalar releases cost 2.04 / 2.91 / 4.86 / 8.73 µs
 for K = 1 / 2 / 4 / 8, one ``K``-lane vector atomic 2.1-2.2 µs for every ``K``.
 
-Waiting (``POLL``): ``0`` polls with ``atomic_add(flag, 0)`` (an acquire
-read-modify-write) in a Triton loop whose result is broadcast to the CTA through
-shared memory each iteration; ``1`` lets thread 0 alone spin on a plain
-``ld.acquire.sys`` in inline PTX (deadline from ``%globaltimer`` inside the same
-loop) while the other threads wait at the CTA reduction that follows. The
-figures that chose the default are in ``benchmarks/NOTES.md``.
+The wait polls with ``atomic_add(flag, 0, sem="acquire", scope="sys")`` (an
+acquire read-modify-write by one thread, broadcast to the CTA). A variant in
+which thread 0 spun on a plain ``ld.acquire.sys`` in inline PTX measured no
+faster (2 H200s, tp=2, M=1 under graph replay: 5.51 against 5.26 µs), nor did
+loading the next tile before storing the current one; both were removed. The
+figures are in ``benchmarks/NOTES.md``.
 
 Epochs never reset. Every rank launches CTA ``c`` in exactly the same calls, so
 ``CALLS[c]`` agrees on all ranks and ``ARRIVE[c]`` only grows. While a CTA waits
@@ -110,33 +110,6 @@ LANES = tl.constexpr(8)  # the most ranks a kernel group may have (MAX_WORLD in 
 TIMEOUT_AT_EXIT = tl.constexpr(1)
 TIMEOUT_AT_ENTRY = tl.constexpr(2)
 
-# Thread 0 spins on an acquire load until the flag reaches the target or the
-# deadline passes; every other thread returns the target at once. Labels are
-# local to the braces, so the block may appear several times in one kernel.
-_SPIN = tl.constexpr("""
-{
-.reg .pred p;
-.reg .u64 now, deadline;
-.reg .s32 diff;
-mov.u32 $0, $2;
-mov.u32 diff, %tid.x;
-setp.ne.u32 p, diff, 0;
-@p bra DONE;
-mov.u64 now, %globaltimer;
-add.u64 deadline, now, $3;
-AGAIN:
-ld.acquire.sys.global.u32 $0, [$1];
-sub.s32 diff, $0, $2;
-setp.ge.s32 p, diff, 0;
-@p bra DONE;
-mov.u64 now, %globaltimer;
-setp.lt.u64 p, now, deadline;
-@p bra AGAIN;
-DONE:
-}
-""")
-
-
 @triton.jit
 def _now(NUM_THREADS: tl.constexpr):
     # Each thread reads its own clock; the max makes the value CTA-uniform.
@@ -164,40 +137,30 @@ def _timed_out(status, code, seen, target, TRAP: tl.constexpr):
 
 @triton.jit
 def _wait(flag, target, timeout_us, status, code, NUM_THREADS: tl.constexpr,
-          POLL: tl.constexpr, TRAP: tl.constexpr):
+          TRAP: tl.constexpr):
     """Waits until ``flag - target >= 0`` (signed, wrap-safe) or the timeout."""
-    if POLL == 1:
-        addr = tl.zeros([NUM_THREADS], tl.int64) + flag.to(tl.int64, bitcast=True)
-        seen = tl.inline_asm_elementwise(_SPIN, "=r,l,r,l",
-                                         [addr, target, timeout_us.to(tl.int64) * 1000],
-                                         dtype=tl.int32, is_pure=False, pack=1)
-        short = tl.min(seen - target, axis=0)
-        if short < 0:
-            _timed_out(status, code, target + short, target, TRAP)
-    else:
-        seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
-        if (seen - target) < 0:
-            deadline = _now(NUM_THREADS) + timeout_us.to(tl.int64) * 1000
-            spins = 0
-            while (seen - target) < 0:
-                seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
-                spins += 1
-                if (spins % 256) == 0:
-                    if _now(NUM_THREADS) > deadline:
-                        _timed_out(status, code, seen, target, TRAP)
-                        seen = target
+    seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+    if (seen - target) < 0:
+        deadline = _now(NUM_THREADS) + timeout_us.to(tl.int64) * 1000
+        spins = 0
+        while (seen - target) < 0:
+            seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+            spins += 1
+            if (spins % 256) == 0:
+                if _now(NUM_THREADS) > deadline:
+                    _timed_out(status, code, seen, target, TRAP)
+                    seen = target
 
 
 @triton.jit
-def _load_tile(src, t, tiles, N: tl.constexpr, BLOCK: tl.constexpr,
-               TILES_PER_ROW: tl.constexpr):
-    """Tile ``t`` of the shard (one row, ``BLOCK`` columns); nothing past ``tiles``."""
+def _load_tile(src, t, N: tl.constexpr, BLOCK: tl.constexpr, TILES_PER_ROW: tl.constexpr):
+    """Tile ``t`` of the shard: one row, ``BLOCK`` columns."""
     row = (t // TILES_PER_ROW).to(tl.int64)
     cols = (t % TILES_PER_ROW) * BLOCK + tl.arange(0, BLOCK)
     if N % BLOCK != 0:
-        return tl.load(src + row * N + cols, mask=(cols < N) & (t < tiles))
+        return tl.load(src + row * N + cols, mask=cols < N)
     else:
-        return tl.load(src + row * N + cols, mask=t < tiles)
+        return tl.load(src + row * N + cols)
 
 
 @triton.jit
@@ -252,9 +215,7 @@ def push_gather_kernel(
     BLOCK: tl.constexpr,
     GRAPH: tl.constexpr,
     NUM_THREADS: tl.constexpr,
-    POLL: tl.constexpr,
     TRAP: tl.constexpr,
-    PREFETCH: tl.constexpr,
 ):
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
@@ -268,30 +229,19 @@ def push_gather_kernel(
         gcalls = tl.load(flags + GCALLS * MAXC + pid)
         _signal_all(peers + READY * MAXC + pid, to_rank)
         _wait(flags + READY * MAXC + pid, (gcalls + 1) * WORLD, timeout_us, status,
-              TIMEOUT_AT_ENTRY, NUM_THREADS, POLL, TRAP)
+              TIMEOUT_AT_ENTRY, NUM_THREADS, TRAP)
 
     TILES_PER_ROW: tl.constexpr = (N + BLOCK - 1) // BLOCK
     ROW: tl.constexpr = WORLD * N
-    tiles = m * TILES_PER_ROW
-    if PREFETCH:
-        # Software pipelining by hand: tile t + grid is loaded before tile t is
-        # stored, so the load latency hides behind the stores.
-        x = _load_tile(src, pid, tiles, N, BLOCK, TILES_PER_ROW)
-        for t in range(pid, tiles, grid):
-            ahead = _load_tile(src, t + grid, tiles, N, BLOCK, TILES_PER_ROW)
-            _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N, RANK, WORLD, ROW, BLOCK,
-                        TILES_PER_ROW)
-            x = ahead
-    else:
-        for t in range(pid, tiles, grid):
-            x = _load_tile(src, t, tiles, N, BLOCK, TILES_PER_ROW)
-            _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N, RANK, WORLD, ROW, BLOCK,
-                        TILES_PER_ROW)
+    for t in range(pid, m * TILES_PER_ROW, grid):
+        x = _load_tile(src, t, N, BLOCK, TILES_PER_ROW)
+        _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N, RANK, WORLD, ROW, BLOCK,
+                    TILES_PER_ROW)
 
     tl.debug_barrier()
     _signal_all(peers + ARRIVE * MAXC + pid, to_rank)
     _wait(flags + ARRIVE * MAXC + pid, (calls + 1) * WORLD, timeout_us, status,
-          TIMEOUT_AT_EXIT, NUM_THREADS, POLL, TRAP)
+          TIMEOUT_AT_EXIT, NUM_THREADS, TRAP)
     tl.store(flags + CALLS * MAXC + pid, calls + 1)
     if GRAPH:
         tl.store(flags + GCALLS * MAXC + pid, gcalls + 1)

@@ -36,16 +36,17 @@ _raw_stream = torch._C._cuda_getCurrentRawStream
 @dataclass(frozen=True)
 class Config:
     """One launch configuration: ``tile_bytes`` of a row per tile, ``warps`` per CTA,
-    and whether the next tile is loaded before the current one is stored."""
+    for every M up to ``up_to_m`` (None: any M)."""
 
     tile_bytes: int
     warps: int
-    prefetch: bool = False
-    up_to_m: int | None = None  # the largest M this configuration serves (None: any)
+    up_to_m: int | None = None
 
 
+# 8192-byte tiles of 4 warps were the fastest or tied at every M from 1 to 256 on
+# 2 H200s (benchmarks/NOTES.md), so one configuration serves every M; the grid is
+# one CTA per tile, at most one per SM.
 DEFAULT_CONFIGS = (Config(8192, 4),)
-DEFAULT_POLL = 0
 
 
 def make_plan(columns: int, item: int, capacity: int, ctas: int,
@@ -87,9 +88,9 @@ class PushGather:
                        for s in range(buffers.slots.shape[0])]
         self._eager = 0
         self._captured = 0
-        self.replan(DEFAULT_CONFIGS, DEFAULT_POLL)
+        self.replan(DEFAULT_CONFIGS)
 
-    def replan(self, configs: Sequence[Config], poll: int) -> None:
+    def replan(self, configs: Sequence[Config]) -> None:
         """Compiles what ``configs`` need and rebuilds the plan. Local and deterministic:
         every rank must call it with the same arguments, between calls."""
         item = self._buffers.slots.element_size()
@@ -97,8 +98,8 @@ class PushGather:
         compiled: dict[int, dict[tuple[bool, bool], TritonLaunch]] = {}
         for i in sorted({i for i, _ in plan[1:]}):
             cfg = configs[i]
-            constants = dict(self._constants, BLOCK=cfg.tile_bytes // item, POLL=poll,
-                             NUM_THREADS=cfg.warps * 32, PREFETCH=cfg.prefetch)
+            constants = dict(self._constants, BLOCK=cfg.tile_bytes // item,
+                             NUM_THREADS=cfg.warps * 32)
             compiled[i] = {}
             for graph in (False, True) if self._graphs else (False,):
                 for aligned in (True, False):

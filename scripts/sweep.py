@@ -1,7 +1,6 @@
 """Launch-configuration and barrier sweep of the push kernel (GPU only).
 
-For each waiting variant (POLL 0: acquire RMW loop, 1: thread-0 ld.acquire spin) and
-each launch configuration (tile bytes per row, warps), every M is first checked
+For each launch configuration (tile bytes per row, warps), every M is first checked
 bit for bit (3 calls, fresh data) and then timed: device µs per call from CUDA
 events around bursts of back-to-back eager calls (the stream held by a spin
 while the host enqueues), median of bursts per rank, max over ranks; plus CUDA
@@ -9,7 +8,7 @@ graph replay per call at the M values in --graph-rows. Results go to stdout and
 to a JSON file.
 
     python scripts/sweep.py --world 2 --placement per-gpu --out DIR
-    python scripts/sweep.py --world 8 --placement spread --rows 1 --configs 4096x4 --out DIR
+    python scripts/sweep.py --world 8 --placement spread --rows 1 --configs 8192x4 --out DIR
 """
 from __future__ import annotations
 
@@ -74,8 +73,8 @@ def _rank(rank, world, a):
     device = rank_device(rank, a.placement)
     columns = a.vocab // world
     cap = max(a.rows)
-    kwargs = {"on_timeout": "raise"} if "on_timeout" in LogitsGather.__init__.__code__.co_varnames \
-        else {}
+    kwargs = {"on_timeout": a.on_timeout} \
+        if "on_timeout" in LogitsGather.__init__.__code__.co_varnames else {}
     g = LogitsGather(columns=columns, capacity=cap, device=device, dtype=torch.bfloat16,
                      timeout_s=20.0, **kwargs)
     assert g.backend == "symm_mem", g.backend
@@ -95,42 +94,39 @@ def _rank(rank, world, a):
     end.record()
     end.synchronize()
     cycles_per_us = 2_000_000 / (start.elapsed_time(end) * 1e3)
-    def parse(c: str):  # "8192x4" or "8192x4p" (prefetch)
-        tile, warps = c.rstrip("p").split("x")
-        return Config(int(tile), int(warps), prefetch=c.endswith("p"))
+    def parse(c: str):  # "8192x4": tile bytes x warps
+        tile, warps = c.split("x")
+        return Config(int(tile), int(warps))
 
     configs = [parse(c) for c in a.configs.split(",")] if Config else []
-    polls = a.polls
     if not hasattr(g._impl, "replan"):  # an older kernel: time its fixed configuration
-        configs, polls = [None], [None]
+        configs = [None]
     results = []
-    for poll in polls:
-        for cfg in configs:
-            t0 = time.monotonic()
-            if cfg is not None:
-                g._impl.replan([cfg], poll)
-            compile_s = time.monotonic() - t0
-            dist.barrier()
-            for m in a.rows:
-                sub = [x[:m] for x in xs]
-                wrong = 0
-                for k in range(3):
-                    out = g(sub[k])
-                    wrong += int(not torch.equal(out.view(torch.int16),
-                                                 fulls[k][:m].view(torch.int16)))
-                torch.cuda.synchronize()
-                n = max(5, min(200, int(20_000 / (5 + m))))
-                times = [_burst(g, sub, n, start, end, cycles_per_us) for _ in range(5)]
-                rec = {"poll": poll, "tile_bytes": cfg and cfg.tile_bytes,
-                       "warps": cfg and cfg.warps, "prefetch": cfg and cfg.prefetch, "m": m,
-                       "grid": g._impl.plan[m][1] if cfg else g._impl._grid[m],
-                       "us": statistics.median(times),
-                       "wrong": wrong, "compile_s": compile_s}
-                if m in a.graph_rows:
-                    rec["graph_us"], outs = _graph_us(g, sub, 20, 10, start, end, cycles_per_us)
-                    rec["wrong"] += int(not torch.equal(outs[-1].view(torch.int16),
-                                                        fulls[19 % 4][:m].view(torch.int16)))
-                results.append(rec)
+    for cfg in configs:
+        t0 = time.monotonic()
+        if cfg is not None:
+            g._impl.replan([cfg])
+        compile_s = time.monotonic() - t0
+        dist.barrier()
+        for m in a.rows:
+            sub = [x[:m] for x in xs]
+            wrong = 0
+            for k in range(3):
+                out = g(sub[k])
+                wrong += int(not torch.equal(out.view(torch.int16),
+                                             fulls[k][:m].view(torch.int16)))
+            torch.cuda.synchronize()
+            n = max(5, min(200, int(20_000 / (5 + m))))
+            times = [_burst(g, sub, n, start, end, cycles_per_us) for _ in range(5)]
+            rec = {"tile_bytes": cfg and cfg.tile_bytes, "warps": cfg and cfg.warps, "m": m,
+                   "grid": g._impl.plan[m][1] if cfg else g._impl._grid[m],
+                   "us": statistics.median(times),
+                   "wrong": wrong, "compile_s": compile_s}
+            if m in a.graph_rows:
+                rec["graph_us"], outs = _graph_us(g, sub, 20, 10, start, end, cycles_per_us)
+                rec["wrong"] += int(not torch.equal(outs[-1].view(torch.int16),
+                                                    fulls[19 % 4][:m].view(torch.int16)))
+            results.append(rec)
     g.check()
     everyone = [None] * world
     dist.all_gather_object(everyone, results)
@@ -153,12 +149,11 @@ def main() -> None:
     p.add_argument("--rows", default="1,2,4,8,16,32,64,128,256")
     p.add_argument("--graph-rows", default="1,64")
     p.add_argument("--configs", default="2048x4,4096x4,8192x4,4096x8,8192x8,1024x2")
-    p.add_argument("--polls", default="0,1")
+    p.add_argument("--on-timeout", default="raise", choices=("raise", "trap"))
     p.add_argument("--out", default="sweep-out")
     a = p.parse_args()
     a.rows = [int(r) for r in a.rows.split(",")]
     a.graph_rows = [int(r) for r in a.graph_rows.split(",") if r]
-    a.polls = [int(r) for r in a.polls.split(",")]
     for k, v in {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NCCL_NVLS_ENABLE": "0",
                  "NVSHMEM_DISABLE_NVLS": "1"}.items():
         os.environ[k] = v
@@ -168,11 +163,11 @@ def main() -> None:
     with open(os.path.join(a.out, name), "w") as f:
         json.dump({"args": vars(a), "results": res}, f, indent=1)
     print(f"tp={a.world} {a.placement} V={a.vocab} bf16: device µs per call (max over ranks)")
-    print(f"{'poll':>4} {'config':>8} {'M':>4} {'grid':>4} {'us':>8} {'graph':>8} wrong")
+    print(f"{'config':>9} {'M':>4} {'grid':>4} {'us':>8} {'graph':>8} wrong")
     for r in res:
         g = f"{r['graph_us']:8.2f}" if "graph_us" in r else " " * 8
-        cfg = f"{r['tile_bytes']!s:>5}x{r['warps']!s:<2}{'p' if r.get('prefetch') else ' '}"
-        print(f"{r['poll']!s:>4} {cfg} {r['m']:>4} {r['grid']:>4} {r['us']:8.2f} {g} {r['wrong']}")
+        cfg = f"{r['tile_bytes']!s:>6}x{r['warps']!s:<2}"
+        print(f"{cfg} {r['m']:>4} {r['grid']:>4} {r['us']:8.2f} {g} {r['wrong']}")
     print(f"wrote {name}")
 
 
