@@ -193,9 +193,12 @@ class Ours(Method):
     def setup(self) -> None:
         from logits_gather import LogitsGather
 
+        extra = dict(self.extra)
+        if _has_check_calls():  # plain ours stays unchecked even if the env turns checks on
+            extra.setdefault("check_calls", False)
         self.gather = LogitsGather(columns=self.n, capacity=self.sets[0].shape[0],
                                    device=self.ctx.device, dtype=self.sets[0].dtype,
-                                   backend=self.ctx.cfg.ours_backend, **self.extra)
+                                   backend=self.ctx.cfg.ours_backend, **extra)
         self.graphable = self.ctx.cuda and not self.extra
         self.detail = f"backend {self.gather.backend}" + "".join(
             f", {k}={v}" for k, v in self.extra.items())
@@ -213,13 +216,17 @@ class OursChecked(Ours):
     extra = {"check_calls": True}
 
     def check(self) -> str | None:
-        import inspect
-
-        from logits_gather import LogitsGather
-
-        if "check_calls" not in inspect.signature(LogitsGather.__init__).parameters:
+        if not _has_check_calls():
             return "this LogitsGather has no check_calls keyword (TypeError if passed)"
         return None
+
+
+def _has_check_calls() -> bool:
+    import inspect
+
+    from logits_gather import LogitsGather
+
+    return "check_calls" in inspect.signature(LogitsGather.__init__).parameters
 
 
 BUILDERS: dict[str, type[Method]] = {c.name: c for c in (Stock, NcclSymm, CePull, Ours,
