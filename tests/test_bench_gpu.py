@@ -58,7 +58,8 @@ def test_limit_probes(world: int, placement: str) -> None:
     for r in results:
         bar = r["barrier"]
         assert bar["status"] == "ok", bar
-        assert 0.3 < bar["us"] < (200.0 if placement == "per-gpu" else 5000.0), bar
+        # shared GPUs without MPS time-slice: milliseconds per launch, still exact
+        assert 0.3 < bar["us"] < (200.0 if placement == "per-gpu" else 100_000.0), bar
         if placement == "per-gpu":
             push = r["push"]
             assert push["status"] == "ok" and not push["problems"], push
