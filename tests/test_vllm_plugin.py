@@ -117,7 +117,7 @@ def check_steps(ours, ref, lm_head, seed: int, sizes, dtype, rank: int) -> None:
         previous = (got, want.clone())
 
 
-def _bits_rank(rank: int, world_size: int, seed: int, extra: dict) -> dict:
+def _bits_rank(rank: int, world_size: int, seed: int, cap: int) -> dict:
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
@@ -125,7 +125,7 @@ def _bits_rank(rank: int, world_size: int, seed: int, extra: dict) -> dict:
 
     messages = collect()
     counts = {}
-    with vllm_ranks(rank, world_size, dict(TD, **extra)):
+    with vllm_ranks(rank, world_size):  # settings from LOGITS_GATHER_VLLM_* only
         assert op_registry_oot.get("LogitsProcessor") is GatherLogitsProcessor, (
             "vLLM did not load the logits_gather plugin: is its vllm.general_plugins entry "
             "point installed (pip install -e .[vllm])?")
@@ -135,7 +135,6 @@ def _bits_rank(rank: int, world_size: int, seed: int, extra: dict) -> dict:
             for kwargs in ({}, {"org_vocab_size": VOCAB - 37, "scale": 0.5}):
                 ours = LogitsProcessor(VOCAB, **kwargs)
                 assert type(ours) is GatherLogitsProcessor and ours.role == "target"
-                cap = extra.get("capacity", MAX_NUM_SEQS)
                 check_steps(ours, stock(VOCAB, **kwargs), lm_head, seed,
                             [1, cap, 2, cap + 1, 3, cap, 1, 4], dtype, rank)
                 assert ours.gather_capacity == cap and not ours._copy
@@ -143,29 +142,45 @@ def _bits_rank(rank: int, world_size: int, seed: int, extra: dict) -> dict:
     chosen = [m for m in messages if "fast path (backend=torch.distributed" in m]
     assert len(chosen) == 4, messages
     assert all(f"TP rank {rank}/{world_size}, global rank {rank}]" in m for m in chosen), chosen
+    assert all(f"capacity={cap} (LOGITS_GATHER_VLLM_CAPACITY)" in m for m in chosen), chosen
     return counts
 
 
-@pytest.mark.parametrize("world_size,extra", [(2, {}), (4, {"capacity": 5})])
-def test_plugin_matches_vllm_bit_for_bit(world_size: int, extra: dict) -> None:
-    results = run_ranks(_bits_rank, world_size, random.randrange(1 << 30), extra, env=ENV,
-                        timeout=300)
+def test_plugin_matches_vllm_bit_for_bit() -> None:
+    """4 ranks, bf16 and fp32, the padded vocab, ``org_vocab_size`` and scaling,
+    with the settings in environment variables."""
+    env = dict(ENV, LOGITS_GATHER_VLLM_BACKEND="torch.distributed", LOGITS_GATHER_VLLM_CAPACITY="5")
+    results = run_ranks(_bits_rank, 4, random.randrange(1 << 30), 5, env=env, timeout=300)
     for counts in results:  # 7 of 8 steps fit
         assert all(c == {"logits_gather": 7, "vllm": 1} for c in counts.values()), counts
 
 
 def _decisions_rank(rank: int, world_size: int, seed: int) -> list[str]:
-    """One rank too short of memory, then one rank failing after construction:
+    """Settings from additional_config (none: backend auto, which refuses CPU),
+    then one rank too short of memory, then one rank failing after construction:
     every rank falls back, with the same reason, and the results stay right."""
+    from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
     from logits_gather.vllm import memory, processor
+    from logits_gather.vllm.settings import Settings
 
     messages = collect()
-    with vllm_ranks(rank, world_size, TD):
+    with vllm_ranks(rank, world_size) as config:
         lm_head = head(seed, rank, torch.float32)
+        ours = LogitsProcessor(VOCAB)
+        check_steps(ours, stock(VOCAB), lm_head, seed, [4, 2], torch.float32, rank)
+        assert ours._lg is None and ours.gather_counts == {"logits_gather": 0, "vllm": 2}
+        off = VllmConfig(scheduler_config=config.scheduler_config,
+                         additional_config={"logits_gather": {"disable": "1"}})
+        with set_current_vllm_config(off):
+            disabled = LogitsProcessor(VOCAB)
+        check_steps(disabled, stock(VOCAB), lm_head, seed, [2], torch.float32, rank)
+        assert disabled._state == "stock" and disabled.gather_counts["vllm"] == 1
+
         memory.device_free_bytes = lambda device: (100 if rank == 1 else 100_000) * memory.MIB
         ours = LogitsProcessor(VOCAB)
+        ours._settings = Settings(backend="torch.distributed")
         check_steps(ours, stock(VOCAB), lm_head, seed, [3, 1], torch.float32, rank)
         assert ours._state == "stock" and ours.gather_counts == {"logits_gather": 0, "vllm": 2}
         memory.device_free_bytes = lambda device: None
@@ -180,60 +195,48 @@ def _decisions_rank(rank: int, world_size: int, seed: int) -> list[str]:
 
         processor.LogitsGather = broken
         ours = LogitsProcessor(VOCAB)
+        ours._settings = Settings(backend="torch.distributed")
         check_steps(ours, stock(VOCAB), lm_head, seed, [2, 2], torch.float32, rank)
         assert ours._state == "stock" and ours._lg is None
         processor.LogitsGather = real
+    assert any("registered GatherLogitsProcessor in pid" in m for m in messages), messages
     return [m for m in messages if "vLLM's all-gather, because" in m]
 
 
 def test_every_rank_agrees_to_fall_back() -> None:
     results = run_ranks(_decisions_rank, 2, random.randrange(1 << 30), env=ENV, timeout=300)
     for rank, lines in enumerate(results):
-        assert len(lines) == 2, lines
-        assert f"TP rank {rank}/2" in lines[0]
-        assert "because rank 1: only 100 MiB free" in lines[0]
-        assert "min_free_mib" in lines[0]
-        assert "rank 1: LogitsGather could not be built (RuntimeError: simulated" in lines[1]
-        assert "rank 0:" not in lines[1]
+        assert len(lines) == 3, lines
+        assert all(f"TP rank {rank}/2" in line for line in lines), lines
+        assert "because logits are on cpu and the fast path needs CUDA" in lines[0]
+        assert "because rank 1: only 100 MiB free" in lines[1]
+        assert "min_free_mib" in lines[1]
+        assert "rank 1: LogitsGather could not be built (RuntimeError: simulated" in lines[2]
+        assert "rank 0:" not in lines[2]
 
 
-def _auto_on_cpu_rank(rank: int, world_size: int, seed: int) -> dict:
-    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+def test_register_in_process(monkeypatch) -> None:
+    """``register`` itself: the variable turns it off, bad values stop start-up,
+    and a second call changes nothing (vLLM may load plugins more than once)."""
+    from vllm.model_executor.custom_op import op_registry_oot
 
-    messages = collect()
-    with vllm_ranks(rank, world_size):  # no settings: backend auto
-        lm_head = head(seed, rank, torch.float32)
-        ours = LogitsProcessor(VOCAB)
-        check_steps(ours, stock(VOCAB), lm_head, seed, [4, 2, 4], torch.float32, rank)
-        assert ours._lg is None
-    assert any("vLLM's all-gather, because logits are on cpu" in m for m in messages), messages
-    assert any("registered GatherLogitsProcessor in pid" in m for m in messages), messages
-    return ours.gather_counts
+    from logits_gather.vllm import register
+    from logits_gather.vllm.processor import GatherLogitsProcessor
 
-
-def test_auto_backend_keeps_vllm_gather_on_cpu() -> None:
-    results = run_ranks(_auto_on_cpu_rank, 2, random.randrange(1 << 30), env=ENV, timeout=300)
-    assert results == [{"logits_gather": 0, "vllm": 3}] * 2
-
-
-def _disabled_rank(rank: int, world_size: int, by_config: bool) -> tuple[str, dict]:
-    from vllm.model_executor.layers.logits_processor import LogitsProcessor
-
-    messages = collect()
-    with vllm_ranks(rank, world_size, {"disable": True} if by_config else None):
-        ours = LogitsProcessor(VOCAB)
-        lm_head = head(1, rank, torch.float32)
-        check_steps(ours, stock(VOCAB), lm_head, 5, [2], torch.float32, rank)
-    if not by_config:
-        assert any("disabled by LOGITS_GATHER_VLLM_DISABLE" in m for m in messages), messages
-    return type(ours).__name__, getattr(ours, "gather_counts", {})
-
-
-@pytest.mark.parametrize("by_config", [False, True])
-def test_disable(by_config: bool) -> None:
-    env = ENV if by_config else dict(ENV, LOGITS_GATHER_VLLM_DISABLE="1")
-    got = run_ranks(_disabled_rank, 2, by_config, env=env, timeout=300)
-    if by_config:  # registered, but additional_config keeps vLLM's gather
-        assert got == [("GatherLogitsProcessor", {"logits_gather": 0, "vllm": 1})] * 2
-    else:
-        assert got == [("LogitsProcessor", {})] * 2
+    saved = op_registry_oot.pop("LogitsProcessor", None)
+    try:
+        monkeypatch.setenv("LOGITS_GATHER_VLLM_DISABLE", "1")
+        register()
+        assert "LogitsProcessor" not in op_registry_oot
+        monkeypatch.setenv("LOGITS_GATHER_VLLM_DISABLE", "0")
+        monkeypatch.setenv("LOGITS_GATHER_VLLM_MEMORY_MIB", "a lot")
+        with pytest.raises(ValueError, match="LOGITS_GATHER_VLLM_MEMORY_MIB.*a lot"):
+            register()
+        monkeypatch.delenv("LOGITS_GATHER_VLLM_MEMORY_MIB")
+        register()
+        register()
+        assert op_registry_oot["LogitsProcessor"] is GatherLogitsProcessor
+    finally:
+        op_registry_oot.pop("LogitsProcessor", None)
+        if saved is not None:
+            op_registry_oot["LogitsProcessor"] = saved
