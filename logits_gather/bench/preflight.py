@@ -34,7 +34,7 @@ CONTEXT_MIB = 600   # CUDA context, NCCL and Triton per process, roughly
 
 def check_out(out: str) -> None:
     """Creates ``out`` and writes a probe file there, or raises UsageError."""
-    probe = os.path.join(out, ".bench-write-probe")
+    probe = os.path.join(out, f".bench-write-probe-{os.getpid()}")  # torchrun: one per rank
     try:
         os.makedirs(out, exist_ok=True)
         with open(probe, "w") as f:
