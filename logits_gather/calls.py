@@ -71,7 +71,7 @@ class CallCheck:
     def __init__(self, group: dist.ProcessGroup | None, *, timeout_s: float, columns: int,
                  capacity: int, dtype: torch.dtype, device: torch.device) -> None:
         self._group = _channel(group)
-        key = id(self._group) if self._group is None else self._group.group_name
+        key = (self._group if self._group is not None else dist.group.WORLD).group_name
         self.object_id = _objects.get(key, 0)
         _objects[key] = self.object_id + 1
         self._world = dist.get_world_size(self._group)

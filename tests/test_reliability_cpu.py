@@ -68,11 +68,6 @@ def _options(rank: int, world: int) -> list[str]:
     return messages
 
 
-def test_bad_options_raise_the_same_error_everywhere() -> None:
-    per_rank = run_ranks(_options, 2)
-    assert per_rank[0] == per_rank[1]
-
-
 def _autograd_and_devices(rank: int, world: int) -> None:
     g = LogitsGather(**KW)
     for call in range(40):
@@ -95,10 +90,6 @@ def _autograd_and_devices(rank: int, world: int) -> None:
 def _no_grad(g: LogitsGather, shard: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return g(shard)
-
-
-def test_outputs_never_carry_autograd_history_and_meta_is_rejected() -> None:
-    run_ranks(_autograd_and_devices, 2)
 
 
 class _TrappedKernel:
@@ -149,13 +140,24 @@ def _trap_translation(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) ->
     assert isinstance(info.value.__cause__, RuntimeError)
 
 
-def _trap_translation_entry(rank: int, world: int) -> None:
+def _misuse(rank: int, world: int) -> list[str]:
+    messages = _options(rank, world)
+    _autograd_and_devices(rank, world)
     with pytest.MonkeyPatch.context() as mp:
         _trap_translation(rank, world, mp)
+    return messages
 
 
-def test_a_trapped_kernel_becomes_peer_timeout_error() -> None:
-    run_ranks(_trap_translation_entry, 2)
+def test_misuse_options_autograd_devices_and_trap_translation() -> None:
+    """Bad options raise the same error everywhere; outputs never carry autograd
+    history; meta shards are rejected; a trapped kernel becomes PeerTimeoutError."""
+    per_rank = run_ranks(_misuse, 2)
+    assert per_rank[0] == per_rank[1]
+
+
+def _timeouts(rank: int, world: int) -> tuple[float, float]:
+    first = _fallback_timeout(rank, world)  # leaves the group in step
+    return first, _skipped_for_good(rank, world)  # leaves it out of step: last
 
 
 def _fallback_timeout(rank: int, world: int) -> float:
@@ -181,9 +183,35 @@ def _fallback_timeout(rank: int, world: int) -> float:
     return waited
 
 
-def test_fallback_honours_timeout_s() -> None:
-    waited = run_ranks(_fallback_timeout, 2)[0]
-    assert 0.9 < waited < 2.5, f"rank 0 waited {waited:.2f} s with timeout_s=1"
+def _skipped_for_good(rank: int, world: int) -> float:
+    g = LogitsGather(**KW, check_calls=True, timeout_s=1.0)
+    shard, full = _shard(2, rank, world)
+    assert same_bits(g(shard), full)
+    waited = 0.0
+    if rank == 0:  # rank 1 skips this call: rank 0 times out in the check, not in gloo
+        started = time.monotonic()
+        with pytest.raises(PeerTimeoutError, match=r"not every rank reached call 1 of checked "
+                                                   r"object #0 within timeout_s=1 s"):
+            g(shard)
+        waited = time.monotonic() - started
+        with pytest.raises(PeerTimeoutError, match="call 1 of checked object"):
+            g(shard)  # unusable from now on
+    else:
+        time.sleep(2.5)
+        # rank 1's late call pairs with rank 0's abandoned check and then finds nobody in
+        # the all-gather: it times out there instead of hanging
+        with pytest.raises(PeerTimeoutError, match="did not join the all-gather"):
+            g(shard)
+    # no barrier: rank 1's abandoned all-gather still occupies the gloo group
+    return waited
+
+
+def test_timeouts_end_in_errors_not_hangs() -> None:
+    """The gloo fallback honours timeout_s; a call that one rank skips for good ends in
+    PeerTimeoutError on both ranks (check on one, all-gather on the other)."""
+    fallback, check = run_ranks(_timeouts, 2, timeout=90)[0]
+    assert 0.9 < fallback < 2.5, f"rank 0 waited {fallback:.2f} s with timeout_s=1"
+    assert 0.9 < check < 2.5, f"rank 0 waited {check:.2f} s in the call check"
 
 
 def _fallback_oom(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -203,18 +231,6 @@ def _fallback_oom(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> str
             "OutOfMemoryError: could not allocate 1.50 GiB"), RuntimeError)
 
 
-def _fallback_oom_entry(rank: int, world: int) -> str:
-    with pytest.MonkeyPatch.context() as mp:
-        message = _fallback_oom(rank, world, mp)
-    g = LogitsGather(**KW)  # the group is still in step
-    shard, full = _shard(5, rank, world)
-    assert same_bits(g(shard), full)
-    return message
-
-
-def test_fallback_allocation_failure_on_one_rank_raises_everywhere() -> None:
-    messages = run_ranks(_fallback_oom_entry, 3)
-    assert len(set(messages)) == 1
 
 
 def _symm_mem_oom(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -258,11 +274,19 @@ def _symm_mem_oom(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> lis
     return messages
 
 
-def _symm_mem_oom_entry(rank: int, world: int) -> list[str]:
+def _setup_failures(rank: int, world: int) -> list[str]:
     with pytest.MonkeyPatch.context() as mp:
-        return _symm_mem_oom(rank, world, mp)
+        messages = [_fallback_oom(rank, world, mp)]
+    g = LogitsGather(**KW)  # the group is still in step
+    shard, full = _shard(5, rank, world)
+    assert same_bits(g(shard), full)
+    with pytest.MonkeyPatch.context() as mp:
+        messages += _symm_mem_oom(rank, world, mp)
+    return messages
 
 
-def test_symm_mem_allocation_failure_on_one_rank_strands_nobody() -> None:
-    messages = run_ranks(_symm_mem_oom_entry, 3)
+def test_allocation_failure_on_one_rank_strands_nobody() -> None:
+    """An allocation that fails on one rank (the fallback's, or symm_mem.empty before the
+    rendezvous) raises the same error on every rank; auto falls back everywhere."""
+    messages = run_ranks(_setup_failures, 3)
     assert messages[0] == messages[1] == messages[2]
