@@ -189,3 +189,50 @@ def test_spread_target_across_runs(tmp_path: Path) -> None:
     assert "tp=4 spread 6.00 µs / tp=2 5.00 µs (V=151552) = 1.20x: for information" in text
     (tmp_path / "bench_tp8_x.json").write_text(json.dumps(doc("spread", 8, 7.5)))
     assert "= 1.50x: met" in "\n".join(spread.compare(tmp_path))
+
+
+def _summary(us: float) -> dict:
+    return {"median": us, "passes": [us, us], "spread_pct": 1.0, "per_rank": [us, us],
+            "worst_rank": 0}
+
+
+def test_gpu_report_from_synthetic_results(tmp_path: Path, capsys) -> None:
+    """The GPU-only branches of the report (host table, graph columns, targets, check
+    cost, file names, JSON) on figures shaped like a tp=2 NVLink run's."""
+    args = ["--tp", "2", "--rows", "1,64", "--methods",
+            "stock,nccl_symm,ce_pull,ours,ours_checked,limit", "--out", str(tmp_path)]
+    cfg, p = parse(args), _plan(args, 2)
+    names = ("stock", "nccl_symm", "ce_pull", "ours", "ours_checked")
+    rows = []
+    for m, base in ((1, 8.0), (64, 80.0)):
+        dev = {n: {**_summary(base * f), "iters": 20, "bursts": 5}
+               for n, f in zip(names, (1.0, 1.1, 2.0, 0.6, 0.7), strict=True)}
+        host = {n: _summary(h) for n, h in (("ours", 12.0), ("stock", 90.0),
+                                             ("ours_checked", 40.0), ("nccl_ag_ws1", 45.0),
+                                             ("stock_ws1", 80.0))}
+        graph = {n: {"status": "ok", **_summary(base * f), "calls_per_graph": 8, "replays": 10,
+                     "vs_eager": 1.1} for n, f in (("ours", 0.5), ("stock", 1.2))}
+        rows.append({"m": m, "egress_bytes": m * 151552, "device_us": dev, "host_us": host,
+                     "graph_us": graph})
+    lim = limit.derive(rows, _found(floor=3.0, gbps=360.0), p, cfg)
+    status = {n: {"status": "ok", "detail": "synthetic"} for n in names}
+    status["limit"] = {"status": "ok", "reason": None, "detail": "measured ceiling"}
+    res = {"vocab": 151552, "columns_per_rank": 75776, "dtype": "bf16", "methods": status,
+           "nccl_kernels": {"symmetric": "yes, at every M"}, "limit": lim, "rows": rows,
+           "ws1": "ok"}
+    info = {"tp": 2, "mode": p.mode, "placement": p.tag, "latency_only": p.shared,
+            "gpu_count": 2, "gpu_name": "H200", "hostname": "h", "mps_pipe": False}
+    ctx = SimpleNamespace(cfg=cfg, world=2, cuda=True)
+    report.finish(info, ctx, [res])
+    text = capsys.readouterr().out
+    assert "ours_checked host" in text and "stock graph/eager" in text
+    assert "check_calls cost (ours_checked - ours, µs per call): M=1: device +0.80, host +28.00" \
+        in text
+    assert "ours/stock at M=1 <= 0.60 (device time): MISSED (0.60)" not in text
+    assert "ours/stock at M=1 under graph replay <= 0.55: met (0.42)" in text
+    assert "faster than nccl_symm at every M: met" in text
+    assert "ours 12.00 µs per eager call <= 5 µs: MISSED" in text
+    doc = json.loads((tmp_path / "bench_tp2_2gpu_bf16_V151552.json").read_text())
+    checks = doc["results"][0]["targets"]["issue10"]
+    assert len(checks) == 6 and all(c["status"] in ("met", "MISSED") for c in checks)
+    assert (tmp_path / "bench_tp2_2gpu_bf16_V151552.txt").read_text().count("targets") >= 2
