@@ -75,19 +75,22 @@ def _v2_and_v1(rank: int, ours, ref, lm_head, seed: int) -> None:
     # profile_run -> _dummy_sampler_run: the first call, which builds.
     profile_rows = min(MAX_NUM_SEQS, 2048)
     h = torch.rand_like(hidden(seed, profile_rows, torch.float32))
-    _same(ours(lm_head, h), ref(lm_head, h), f"rank {rank} profile")
+    with torch.inference_mode():  # as the runners run (the slots must stay normal tensors)
+        _same(ours(lm_head, h), ref(lm_head, h), f"rank {rank} profile")
     assert ours._state == "ready" and ours.gather_capacity == MAX_NUM_SEQS
     for step, (tokens, reqs) in enumerate([(9, 3), (MAX_NUM_SEQS, MAX_NUM_SEQS), (40, 2)]):
         # V2 sample(): logits for the last token of each request, bitmask in place.
         states = hidden(seed + 100 + step, tokens, torch.float32)
         logits_indices = torch.randperm(tokens, generator=torch.Generator().manual_seed(
             seed + step))[:reqs].sort().values
-        got, want = ours(lm_head, states[logits_indices]), ref(lm_head, states[logits_indices])
-        mask = torch.rand(got.shape, generator=torch.Generator().manual_seed(step)) < 0.3
-        got.masked_fill_(mask, float("-inf"))
-        want.masked_fill_(mask, float("-inf"))
-        _same(got.to(torch.float32).softmax(-1), want.to(torch.float32).softmax(-1),
-              f"rank {rank} V2 sample step {step}")
+        mask = torch.rand(reqs, VOCAB, generator=torch.Generator().manual_seed(step)) < 0.3
+        with torch.inference_mode():
+            got = ours(lm_head, states[logits_indices])
+            want = ref(lm_head, states[logits_indices])
+            got.masked_fill_(mask, float("-inf"))
+            want.masked_fill_(mask, float("-inf"))
+            _same(got.to(torch.float32).softmax(-1), want.to(torch.float32).softmax(-1),
+                  f"rank {rank} V2 sample step {step}")
     # V2 prompt logprobs: 1024-row chunks (the first above capacity, the second not).
     prompt = hidden(seed + 7, 1024 + 5, torch.float32)
     ids = torch.randint(0, VOCAB, (1024 + 5,), generator=torch.Generator().manual_seed(seed))
@@ -99,7 +102,8 @@ def _v2_and_v1(rank: int, ours, ref, lm_head, seed: int) -> None:
         _same(got, want, f"rank {rank} prompt logprobs")
     assert ours.gather_counts["logits_gather"] - before["logits_gather"] == 1
     assert ours.gather_counts["vllm"] - before["vllm"] == 1
-    # V1 execute_model then sample_tokens, then prompt logprobs per request.
+    # V1 execute_model then sample_tokens, then prompt logprobs per request (outside
+    # inference mode here: in place on the slots must work there too).
     parked = ours(lm_head, hidden(seed + 8, 4, torch.float32))
     parked_ref = ref(lm_head, hidden(seed + 8, 4, torch.float32))
     parked[:, ::7] = float("-inf")

@@ -218,7 +218,8 @@ class GatherLogitsProcessor(LogitsProcessor):
                      logging.WARNING)
         lg, failure = None, None
         try:
-            lg = LogitsGather(**kwargs)
+            with torch.inference_mode(False), torch.no_grad():  # normal tensors: see README
+                lg = LogitsGather(**kwargs)
         except Exception as exc:  # noqa: BLE001 - agreed below, then re-raised or logged
             failure = f"LogitsGather could not be built ({type(exc).__name__}: {exc})"
         reason = _joined(memory.agree(tp.cpu_group, failure))
