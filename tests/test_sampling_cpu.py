@@ -16,7 +16,7 @@ from tests.dist import run_ranks
 
 V = 120
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-TOP_KS = (None, 1, 7, 31, 64, 65, 119, 120)
+TOP_KS = (None, 0, 1, 7, 31, 64, 65, 119, 120)
 TOL = 2e-5  # |ours - torch.log_softmax(fp32)| <= TOL * (1 + |ref|)
 EXACT_TOL = 1e-6  # |ours - log_softmax in fp64| <= EXACT_TOL * (1 + |ref|)
 NAN, INF = float("nan"), float("inf")
@@ -84,11 +84,28 @@ def _bad_inputs(rank: int, n: int, sampling) -> list[str]:
                   torch.tensor([1, 0, -0.5, 1]), s)
     _expect_error(errors, ValueError, "got nan", sampling.sample, x,
                   torch.tensor([1, NAN, 1, 1]), s)
-    _expect_error(errors, ValueError, f"top_k must be in 1..{V}", sampling.sample, x, t, s,
-                  top_k=0)
+    _expect_error(errors, ValueError, f"top_k must be in 0..{V}", sampling.sample, x, t, s,
+                  top_k=-1)
     _expect_error(errors, ValueError, f"got {V + 1}", sampling.sample, x, t, s, top_k=V + 1)
-    _expect_error(errors, TypeError, "top_k must be None or an int", sampling.sample, x, t, s,
+    _expect_error(errors, TypeError, "top_k must be None, an int", sampling.sample, x, t, s,
                   top_k=2.0)
+    _expect_error(errors, TypeError, "integer dtype", sampling.sample, x, t, s, top_k=t)
+    _expect_error(errors, ValueError, "got -3 at row 1", sampling.sample, x, t, s,
+                  top_k=torch.tensor([0, -3, 5, 1]))
+    _expect_error(errors, ValueError, "top_p must be in (0, 1], got 0", sampling.sample, x, t,
+                  s, top_p=0)
+    _expect_error(errors, ValueError, "top_p must be in (0, 1], got 1.5", sampling.sample, x,
+                  t, s, top_p=1.5)
+    _expect_error(errors, ValueError, "got 0.0 at row 3", sampling.sample, x, t, s,
+                  top_p=torch.tensor([1.0, 0.5, 0.9, 0.0]))
+    _expect_error(errors, TypeError, "top_p must be None, a float", sampling.sample, x, t, s,
+                  top_p="0.9")
+    _expect_error(errors, ValueError, "min_p must be in [0, 1], got -0.1", sampling.sample, x,
+                  t, s, min_p=-0.1)
+    _expect_error(errors, ValueError, "got nan at row 0", sampling.sample, x, t, s,
+                  min_p=torch.tensor([NAN, 0.5, 0.9, 0.0]))
+    _expect_error(errors, ValueError, "length M=4", sampling.sample, x, t, s,
+                  min_p=torch.zeros(3))
     _expect_error(errors, ValueError, "top_n must be in 0..20, got 21", sampling.logprobs, x,
                   ids, top_n=21)
     _expect_error(errors, ValueError, f"got {V} at row 1", sampling.logprobs, x,
@@ -132,6 +149,12 @@ def _check(rank: int, world: int, seed: int) -> dict:
                 _check_threshold(explicit, full, shard, where)
             got = explicit.sample(shard, temp.double(), seeds.int(), top_k=5)
             assert torch.equal(got, reference.sample(full, temp, seeds.int(), top_k=5)), where
+            for f in _filters(gen, m, full):
+                got = sampling.sample(shard, temp, seeds, **f)
+                want = reference.sample(full, temp, seeds, **f)
+                assert torch.equal(got, want), f"{where} {f}: {got} != {want}"
+                tokens.append(got)
+                calls += 1
             ids = torch.randint(0, V, (m,), generator=gen)
             for top_n in (0, 1, 20):
                 got = sampling.logprobs(shard, ids, top_n=top_n)
@@ -149,6 +172,31 @@ def _check(rank: int, world: int, seed: int) -> dict:
             "after_errors": sampling.greedy(torch.full((2, n), float(rank))).tolist()}
 
 
+def _filters(gen: torch.Generator, m: int, full: torch.Tensor) -> list[dict]:
+    """Scalar and per-row top_k / top_p / min_p, mixed with their off values, plus top-p
+    values that put the cut exactly at the end of a run of equal logits."""
+    def col(values):
+        return torch.tensor(values)[torch.randint(0, len(values), (m,), generator=gen)]
+
+    mixed = dict(top_k=col([0, 1, 3, 40, 64, 65, V]), top_p=col([1.0, 0.2, 0.7, 0.95]),
+                 min_p=col([0.0, 0.0, 0.1, 0.6]))
+    return [dict(top_p=0.9), dict(min_p=0.05), dict(top_p=0.6, top_k=10),
+            dict(top_p=0.8, min_p=0.2), dict(top_k=col([0, 2, 9, 64, 100])),
+            dict(top_p=col([1.0, 1e-9, 0.5, 0.999999])), mixed,
+            dict(top_p=_run_end_p(full.float()))]
+
+
+def _run_end_p(x: torch.Tensor) -> torch.Tensor:
+    """Per row, a top_p whose threshold equals the mass of the top run(s) of equal values
+    (at T=1), so the cut lands exactly on a run's last element."""
+    s = x.nan_to_num(0.0, 0.0, 0.0)
+    smax = s.amax(1, keepdim=True)
+    q = torch.floor(torch.exp(s - smax) * 2.0 ** 40).long()
+    top = s >= smax
+    frac = q.where(top, 0).sum(1).double() / q.sum(1).double()
+    return frac.clamp(1e-6, 1.0).float()
+
+
 def _tie_boundaries(full: torch.Tensor) -> tuple[int, ...]:
     """k at which the k-th largest of row 0 ends a run of equal values, and k +- 1."""
     row = full[0].float()
@@ -164,7 +212,7 @@ def _check_threshold(sampler, full: torch.Tensor, shard: torch.Tensor, where: st
     from logits_gather.sampling import select
 
     m = shard.shape[0]
-    ex = sampler._exchange(select.BINS, m)
+    ex = sampler._exchange(select.WIDTH, m)
     xf, ff = shard.float(), full.float()
     ok = ~ff.isnan().any(1)
     for k in _tie_boundaries(full) + (1, V):
@@ -194,7 +242,7 @@ def test_equivalence(world_size: int) -> None:
     """Exact greedy and sample, logprobs within TOL, identical errors on every rank."""
     results = run_ranks(_check, world_size, SEED)
     errors = results[0]["errors"]
-    assert len(errors) == 18
+    assert len(errors) == 27
     for r, res in enumerate(results):
         assert res["errors"] == errors, f"rank {r} raised differently"
         assert res["after_errors"] == [(world_size - 1) * (V // world_size)] * 2

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import checks, exchange, rng
+from . import checks, exchange
 from .sampler import MAX_CANDIDATES, Logprobs, VocabParallelSampler
 
 _samplers: dict[tuple[Any, ...], VocabParallelSampler] = {}
@@ -69,16 +69,21 @@ def greedy(shard: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch
 
 
 def sample(shard: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor,
-           group: dist.ProcessGroup | None = None, top_k: int | None = None) -> torch.Tensor:
+           group: dist.ProcessGroup | None = None, top_k: int | torch.Tensor | None = None,
+           top_p: float | torch.Tensor | None = None,
+           min_p: float | torch.Tensor | None = None) -> torch.Tensor:
     """Sampled token ids ``[M]``; see :meth:`VocabParallelSampler.sample`."""
     m = checks.shard(shard)
     vocab = _world(group) * shard.shape[1]
-    t = checks.temperature(temperature, m, shard.device, True)
-    keys = rng.row_keys(checks.seed(seed, m, shard.device))
-    k = checks.top_k(top_k, vocab)
+    dev = shard.device
+    t = checks.temperature(temperature, m, dev, True)
+    seeds = checks.seed(seed, m, dev)
+    k = checks.top_k(top_k, m, vocab, dev)
+    p = checks.top_p(top_p, m, dev)
+    mp = checks.min_p(min_p, m, dev)
     sampler = cached_sampler(shard, group)
     sampler._rows(shard)
-    return sampler._sample(shard, t, keys, k)
+    return sampler._sample(shard, t, seeds, k, p, mp)
 
 
 def logprobs(shard: torch.Tensor, token_ids: torch.Tensor,

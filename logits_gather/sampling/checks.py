@@ -95,14 +95,58 @@ def token_ids(x: Any, m: int, vocab: int, device: torch.device,
     return ids
 
 
-def top_k(k: Any, vocab: int) -> int | None:
+def _bad_row(bad: torch.Tensor, x: torch.Tensor, name: str, rule: str) -> None:
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{name} must be {rule}, got {x[row].item()} at row {row}")
+
+
+def top_k(k: Any, m: int, vocab: int, device: torch.device,
+          check_values: bool = True) -> int | torch.Tensor | None:
+    """None, an int in ``0..vocab`` (0: off), or int64 ``[M, 1]`` on ``device``."""
     if k is None:
         return None
+    if isinstance(k, torch.Tensor):
+        t = _row_vector("top_k", k, m, device, "int")
+        if check_values and not _capturing(device):
+            _bad_row(t < 0, t, "top_k", f"in 0..{vocab} (0 means off)")
+        return t.view(m, 1)
     if not _is_int(k):
-        raise TypeError(f"top_k must be None or an int, got {type(k).__name__} {k!r}")
-    if not 1 <= k <= vocab:
-        raise ValueError(f"top_k must be in 1..{vocab} (the global vocabulary), got {k}")
+        raise TypeError(f"top_k must be None, an int or an integer tensor of length M={m}, "
+                        f"got {type(k).__name__} {k!r}")
+    if not 0 <= k <= vocab:
+        raise ValueError(f"top_k must be in 0..{vocab} (0 means off; the global vocabulary), "
+                         f"got {k}")
     return k
+
+
+def _probability(name: str, x: Any, m: int, device: torch.device, check_values: bool,
+                 low_open: bool, dtype: torch.dtype) -> float | torch.Tensor | None:
+    rule = "in (0, 1]" if low_open else "in [0, 1]"
+    if x is None:
+        return None
+    if isinstance(x, torch.Tensor):
+        t = _row_vector(name, x, m, device, "float")
+        if check_values and not _capturing(device):
+            bad = ~((t > 0) if low_open else (t >= 0)) | ~(t <= 1)
+            _bad_row(bad, t, name, rule)
+        return x.to(device=device, dtype=dtype).view(m, 1)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{name} must be None, a float or a floating tensor of length M={m}, "
+                        f"got {type(x).__name__} {x!r}")
+    if not ((0 < x) if low_open else (0 <= x)) or not x <= 1:
+        raise ValueError(f"{name} must be {rule}, got {x}")
+    return float(x)
+
+
+def top_p(x: Any, m: int, device: torch.device, check_values: bool = True):
+    """None, a float in (0, 1] (1: off), or float64 ``[M, 1]`` on ``device``."""
+    return _probability("top_p", x, m, device, check_values, True, torch.float64)
+
+
+def min_p(x: Any, m: int, device: torch.device, check_values: bool = True):
+    """None, a float in [0, 1] (0: off), or fp32 ``[M, 1]`` on ``device``."""
+    return _probability("min_p", x, m, device, check_values, False, torch.float32)
 
 
 def top_n(n: Any, vocab: int) -> int:

@@ -30,6 +30,8 @@ GAMMA = _signed(0x9E3779B97F4A7C15)
 MIX1 = _signed(0xBF58476D1CE4E5B9)
 MIX2 = _signed(0x94D049BB133111EB)
 UNIFORM_BITS = 23
+MASS_SCALE = 2.0 ** 40
+"""top-p masses are ``floor(exp(s - s_max) * MASS_SCALE)`` (see :mod:`.reference`)."""
 
 
 def _xorshift_(z: torch.Tensor, shift: int) -> torch.Tensor:

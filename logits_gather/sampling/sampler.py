@@ -7,8 +7,12 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from ..gather import _resolve_device
-from . import checks, exchange, ops, rng, select
+try:  # the core moved it; accept either home
+    from ..checks import resolve_device as _resolve_device
+except ImportError:  # pragma: no cover - older core
+    from ..gather import _resolve_device  # type: ignore[attr-defined,no-redef]
+from . import checks, exchange, filters, ops, rng, select
+from . import fused as fused_mod
 
 MAX_CANDIDATES = 64
 """``top_k`` up to this sends candidates (one exchange); larger ``top_k`` uses radix select."""
@@ -35,11 +39,15 @@ class VocabParallelSampler:
     before capturing a CUDA graph. ``backend`` is passed to
     :class:`~logits_gather.LogitsGather`. ``check_values=False`` skips the
     value checks (one host sync per call; they are also skipped during capture).
+
+    On CUDA with Triton, greedy, sample (no filter, or an int ``top_k <= 64``) and
+    logprobs run fused (:mod:`.fused`: a Triton kernel, the exchange, a Triton
+    kernel); ``fused=False`` forces the torch-ops path (the one CPUs use).
     """
 
     def __init__(self, columns: int, capacity: int, group: dist.ProcessGroup | None = None,
                  device: torch.device | str | int | None = None, *, backend: str = "auto",
-                 check_values: bool = True) -> None:
+                 check_values: bool = True, fused: bool = True) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("VocabParallelSampler needs torch.distributed to be initialised "
                                "(call torch.distributed.init_process_group first)")
@@ -63,7 +71,13 @@ class VocabParallelSampler:
         self._low = torch.arange(start, start + columns, dtype=torch.int64, device=device)
         self._low.neg_().add_((1 << 32) - 1)
         self._exchanges: dict[int, exchange.Exchange] = {}
-        for width in (ops.GREEDY_WIDTH, ops.BEST_WIDTH):
+        self._fused = (fused_mod.Fused(columns, self.world_size, self.rank)
+                       if fused and fused_mod.available(device) else None)
+        if self._fused is not None:
+            widths = (self._fused.width("greedy"), self._fused.width("sample"))
+        else:
+            widths = (ops.GREEDY_WIDTH, ops.BEST_WIDTH)
+        for width in widths:
             self._exchange(width, capacity)
 
     @property
@@ -91,53 +105,87 @@ class VocabParallelSampler:
         """Global argmax ``[M]`` (int64) of the gathered rows, exactly ``torch.argmax``:
         the lowest global id among equal maxima, the first NaN if a row has one."""
         m = self._rows(shard)
+        if self._fused is not None:
+            return self._fused.greedy(shard, self._exchange(self._fused.width("greedy"), m))
         ex = self._exchange(ops.GREEDY_WIDTH, m)
         ops.pack_greedy(shard, ex.payload[:m])
         return ops.combine_greedy(ex.send(m), shard.dtype, self.columns)[0]
 
     # -- sample ---------------------------------------------------------------------------
     def sample(self, shard: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor,
-               top_k: int | None = None) -> torch.Tensor:
-        """Token ``[M]`` (int64) drawn from softmax(logits / T), optionally restricted to
-        the logits ``>=`` the row's k-th largest (ties at the k-th value are all kept).
+               top_k: int | torch.Tensor | None = None, top_p: float | torch.Tensor | None = None,
+               min_p: float | torch.Tensor | None = None) -> torch.Tensor:
+        """Token ``[M]`` (int64) drawn from softmax(logits / T) restricted by the filters.
 
-        Gumbel-max with noise keyed by ``(seed[i], global column)`` (see :mod:`.rng`):
-        the result equals :func:`.reference.sample` on the gathered logits, at
-        any tp. ``temperature[i] == 0`` and rows containing NaN give the greedy
-        token. ``temperature`` is converted to fp32 first.
+        Exactly :func:`.reference.sample` on the gathered logits, at any tp (the
+        definition, with every tie rule, is in :mod:`.reference`). Each filter is
+        None, a scalar or an ``[M]`` tensor; ``top_k`` 0, ``top_p`` 1.0 and
+        ``min_p`` 0.0 switch a row's filter off. ``temperature[i] == 0`` and rows
+        whose ``max(x / T)`` is not finite give the greedy token.
         """
         m = self._rows(shard)
-        t = checks.temperature(temperature, m, self.device, self.check_values)
-        keys = rng.row_keys(checks.seed(seed, m, self.device))
-        k = checks.top_k(top_k, self.vocab)
-        return self._sample(shard, t, keys, k)
+        dev = self.device
+        t = checks.temperature(temperature, m, dev, self.check_values)
+        seeds = checks.seed(seed, m, dev)
+        k = checks.top_k(top_k, m, self.vocab, dev, self.check_values)
+        p = checks.top_p(top_p, m, dev, self.check_values)
+        mp = checks.min_p(min_p, m, dev, self.check_values)
+        return self._sample(shard, t, seeds, k, p, mp)
 
-    def _sample(self, shard: torch.Tensor, t: torch.Tensor, keys: torch.Tensor,
-                k: int | None) -> torch.Tensor:
+    def _sample(self, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tensor,
+                k: int | torch.Tensor | None = None, p: float | torch.Tensor | None = None,
+                mp: float | torch.Tensor | None = None) -> torch.Tensor:
         m = shard.shape[0]
-        if k is not None and k >= self.vocab:
+        if isinstance(k, int) and not 0 < k < self.vocab:
             k = None
-        xf = shard.to(torch.float32)
-        scores = rng.perturbed(xf, torch.where(t > 0, t, 1.0), keys, self._counters)
+        if isinstance(p, float) and p >= 1.0:
+            p = None
+        if isinstance(mp, float) and mp <= 0.0:
+            mp = None
+        if p is None and mp is None and not isinstance(k, torch.Tensor):
+            if self._fused is not None and (k is None or k <= MAX_CANDIDATES):
+                width = self._fused.width("sample" if k is None else "sample_k",
+                                          self._fused.room(k or 1))
+                return self._fused.sample(shard, t.view(m), seeds, k,
+                                          self._exchange(width, m))
+            if self._fused is None:
+                return self._sample_ops(shard, t, rng.row_keys(seeds), k)
+        dev = self.device
+        if isinstance(k, int):
+            k = torch.full((m, 1), k, dtype=torch.int64, device=dev)
+        if isinstance(p, float):
+            p = torch.full((m, 1), p, dtype=torch.float64, device=dev)
+        if isinstance(mp, float):
+            mp = torch.full((m, 1), mp, dtype=torch.float32, device=dev)
+        return filters.sample(self, shard, t, seeds, k, p, mp)
+
+    def _sample_ops(self, shard: torch.Tensor, t: torch.Tensor, keys: torch.Tensor,
+                    k: int | None) -> torch.Tensor:
+        """The torch-ops path (CPU): one exchange, or five for ``top_k > 64``."""
+        m = shard.shape[0]
+        te = torch.where(t > 0, t, 1.0)
+        s = shard.to(torch.float32).div(te)
+        scores = s.sub(rng.neg_log_neg_log_uniform(keys, self._counters))
         if k is not None and k <= MAX_CANDIDATES:
             room = ops.slots(k, MAX_CANDIDATES)
             ex = self._exchange(ops.candidates_width(room), m)
             ops.pack_greedy(shard, ex.payload[:m])
-            ops.pack_candidates(xf, scores, k, room, ex.payload[:m])
+            ops.pack_candidates(s, scores, k, room, ex.payload[:m])
             g = ex.send(m)
             sampled = ops.combine_candidates(g, k, room, self._offsets)
         else:
             if k is not None:
-                hist = self._exchange(select.BINS, m)
-                kth = select.kth_largest(xf, k, lambda p: hist.send(m), hist.payload[:m])
-                scores.masked_fill_(~(xf >= kth), ops.NEG_INF)
+                hist = self._exchange(select.WIDTH, m)
+                kth = select.kth_largest(s, k, lambda p: hist.send(m), hist.payload[:m])
+                scores.masked_fill_(~(s >= kth), ops.NEG_INF)
             ex = self._exchange(ops.BEST_WIDTH, m)
             ops.pack_greedy(shard, ex.payload[:m])
             ops.pack_best(scores, ex.payload[:m])
             g = ex.send(m)
             sampled = ops.combine_best(g, self.columns)
         greedy, maxima = ops.combine_greedy(g, shard.dtype, self.columns)
-        use_greedy = maxima.isnan().any(1) | (t[:, 0] == 0)
+        smax = maxima.to(torch.float32).div(te).amax(1)
+        use_greedy = ~torch.isfinite(smax) | (t[:, 0] == 0)
         return torch.where(use_greedy, greedy, sampled)
 
     # -- logprobs -------------------------------------------------------------------------
@@ -159,6 +207,9 @@ class VocabParallelSampler:
 
     def _logprobs(self, shard: torch.Tensor, ids: torch.Tensor, n: int) -> Logprobs:
         m = shard.shape[0]
+        if self._fused is not None:
+            width = self._fused.width("logprobs", self._fused.room(n) if n else 0)
+            return Logprobs(*self._fused.logprobs(shard, ids, n, self._exchange(width, m)))
         room = ops.slots(n, checks.MAX_TOP_N)
         ex = self._exchange(ops.logprobs_width(room), m)
         local = ids - self.rank * self.columns

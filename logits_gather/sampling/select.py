@@ -1,10 +1,17 @@
-"""Exact k-th largest logit of the gathered row, for ``top_k`` too large to send candidates.
+"""Exact weighted radix select over the shards of a row, for thresholds candidates cannot give.
 
-Radix select over the 32-bit order-preserving image of the fp32 logits, 8 bits
-per round: each rank histograms the digit of its logits that match the prefix
-found so far, the ``[M, 256]`` histograms are exchanged and summed (counts are
-integers below 2**24, exact in fp32), and every rank picks the same digit. Four
-rounds, four exchanges, then the threshold is known exactly on every rank.
+``threshold(keys, weight, target)`` returns, per row, the largest key ``v`` such
+that the total weight of the row's elements with key ``>= v`` is ``>= target``
+(weights are int64, so every sum is exact and independent of order and tp):
+
+- weight 1, target ``k``: ``v`` is the k-th largest key (top-k's threshold);
+- weight = the top-p mass ``q``, target ``thr``: ``v`` is top-p's cut ``tau``.
+
+Keys are the 32-bit order-preserving image of fp32 values. 8 bits per round:
+each rank sums the weights of its elements whose key matches the prefix found so
+far, per next digit (``[M, 256]`` int64, sent as fp32 pairs), the histograms
+are exchanged and summed, and every rank picks the same digit. Four rounds,
+four exchanges, no host sync.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import torch
 
 RADIX_BITS = 8
 BINS = 1 << RADIX_BITS
+WIDTH = 2 * BINS
+"""Exchange width (fp32 words) of one round: ``BINS`` int64 sums."""
 
 
 def ordered_keys(xf: torch.Tensor) -> torch.Tensor:
@@ -23,39 +32,51 @@ def ordered_keys(xf: torch.Tensor) -> torch.Tensor:
     return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).add_(1 << 31)
 
 
-def _to_value(key: torch.Tensor) -> torch.Tensor:
+def to_value(key: torch.Tensor) -> torch.Tensor:
     s = key - (1 << 31)
     return torch.where(s < 0, s ^ 0x7FFFFFFF, s).to(torch.int32).view(torch.float32)
 
 
-def kth_largest(xf: torch.Tensor, k: int,
-                exchange: Callable[[torch.Tensor], torch.Tensor],
-                payload: torch.Tensor) -> torch.Tensor:
-    """The k-th largest value of the gathered rows, as fp32 ``[M, 1]``.
+def threshold(keys: torch.Tensor, weight: torch.Tensor | None, target: torch.Tensor,
+              exchange: Callable[[torch.Tensor], torch.Tensor],
+              payload: torch.Tensor) -> torch.Tensor:
+    """The largest key ``v`` with ``sum(weight[keys >= v]) >= target``, int64 ``[M, 1]``.
 
-    ``payload`` is this rank's ``[M, 256]`` fp32 send buffer and
-    ``exchange(payload)`` returns every rank's copy as ``[M, W, 256]``.
-    Rows with NaN give an unspecified value (callers override those rows).
+    ``weight`` int64 ``[M, N]`` (None: all ones), ``target`` int64 ``[M, 1]``
+    (>= 1 and <= the row's total weight, else the result is unspecified).
+    ``payload`` is this rank's fp32 ``[M, WIDTH]`` send buffer; ``exchange(payload)``
+    returns every rank's copy as fp32 ``[M, W, WIDTH]``.
     """
-    m = xf.shape[0]
-    keys = ordered_keys(xf)
-    prefix = torch.zeros(m, 1, dtype=torch.int64, device=xf.device)
-    remaining = torch.full((m, 1), float(k), dtype=torch.float32, device=xf.device)
+    m = keys.shape[0]
+    hist = payload.view(torch.int64)
+    w = torch.ones_like(keys) if weight is None else weight
+    prefix = torch.zeros(m, 1, dtype=torch.int64, device=keys.device)
+    remaining = target
     for shift in range(32 - RADIX_BITS, -1, -RADIX_BITS):
         digit = (keys >> shift) & (BINS - 1)
         if shift == 32 - RADIX_BITS:
-            weight = torch.ones_like(xf)
+            weight_now = w
         else:
-            weight = ((keys >> (shift + RADIX_BITS)) == prefix).to(torch.float32)
-        payload.zero_().scatter_add_(1, digit, weight)
-        counts = exchange(payload).sum(1)
-        # at_or_above[:, j]: how many logits have digit >= BINS - 1 - j.
+            weight_now = torch.where((keys >> (shift + RADIX_BITS)) == prefix, w, 0)
+        hist.zero_().scatter_add_(1, digit, weight_now)
+        counts = exchange(payload).view(torch.int64).sum(1)
+        # at_or_above[:, j]: weight of digits >= BINS - 1 - j.
         at_or_above = counts.flip(1).cumsum(1)
         j = (at_or_above < remaining).sum(1, keepdim=True).clamp_(max=BINS - 1)
-        above = at_or_above.gather(1, (j - 1).clamp(min=0)).masked_fill_(j == 0, 0.0)
+        above = at_or_above.gather(1, (j - 1).clamp(min=0)).masked_fill_(j == 0, 0)
         remaining = remaining - above
         prefix = prefix * BINS + (BINS - 1 - j)
-    return _to_value(prefix)
+    return prefix
 
 
-__all__ = ["kth_largest", "ordered_keys"]
+def kth_largest(xf: torch.Tensor, k: int | torch.Tensor,
+                exchange: Callable[[torch.Tensor], torch.Tensor],
+                payload: torch.Tensor) -> torch.Tensor:
+    """The k-th largest value of the gathered rows (``k`` an int or int64 ``[M]``),
+    as fp32 ``[M, 1]``. Rows with NaN give an unspecified value."""
+    m = xf.shape[0]
+    target = torch.as_tensor(k, dtype=torch.int64, device=xf.device).expand(m).reshape(m, 1)
+    return to_value(threshold(ordered_keys(xf), None, target, exchange, payload))
+
+
+__all__ = ["BINS", "WIDTH", "kth_largest", "ordered_keys", "threshold", "to_value"]
