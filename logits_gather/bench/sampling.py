@@ -1,6 +1,7 @@
 """python -m logits_gather.bench.sampling: sampling from shards vs from gathered logits.
 
-Methods, per operation (greedy, sample, sample top_k=50, logprobs) and per M:
+Methods, per operation (greedy; sample plain, top_k=50, top_p=0.9, min_p=0.05;
+logprobs without and with top_n=5) and per M:
 
 * ``shard``: :class:`VocabParallelSampler` on the ``[M, V/W]`` shard (one small exchange).
 * ``gather``: our ``LogitsGather`` to ``[M, V]``, then the same operation in torch
@@ -18,6 +19,9 @@ bandwidth, and their "peer" copies never touch NVLink, so those timings say
 nothing about a real tp run; NCCL refuses colocated ranks, so ``stock`` is
 unavailable there. The sampler runs with ``check_values=False`` (no host sync).
 Eager timings of small ops measure host launch overhead as much as the GPU.
+
+Targets (issue 11; tp=2, V=151552, bf16, graph replay, M=64) are printed as
+met/MISSED from the same run; ``--out DIR`` also writes the table and JSON there.
 """
 
 from __future__ import annotations
@@ -27,13 +31,19 @@ import json
 import os
 import socket
 import statistics
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-OPS = ("greedy", "sample", "sample_k50", "logprobs")
+OPS = ("greedy", "sample", "sample_k50", "sample_p90", "sample_minp05", "logprobs",
+       "logprobs_n5")
+PROG = "python -m logits_gather.bench.sampling"
+# (op, graph-replay target at M=64 in us); greedy also needs >= 3x gather at every M >= 16.
+TARGETS = (("greedy", 12.0), ("sample", 25.0), ("sample_k50", 40.0), ("sample_p90", 50.0),
+           ("logprobs_n5", 25.0))
 METHODS = ("shard", "gather", "stock")
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 NVLS_OFF = {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NCCL_NVLS_ENABLE": "0",
@@ -55,12 +65,18 @@ def _ops(sampler, lg, stock_ok: bool, world: int, shard, temp, seeds, ids):
         return {"greedy": lambda: reference.greedy(full()),
                 "sample": lambda: reference.sample(full(), temp, seeds),
                 "sample_k50": lambda: reference.sample(full(), temp, seeds, 50),
-                "logprobs": lambda: reference.logprobs(full(), ids)}
+                "sample_p90": lambda: reference.sample(full(), temp, seeds, top_p=0.9),
+                "sample_minp05": lambda: reference.sample(full(), temp, seeds, min_p=0.05),
+                "logprobs": lambda: reference.logprobs(full(), ids),
+                "logprobs_n5": lambda: reference.logprobs(full(), ids, 5)}
 
     table = {"shard": {"greedy": lambda: sampler.greedy(shard),
                        "sample": lambda: sampler.sample(shard, temp, seeds),
                        "sample_k50": lambda: sampler.sample(shard, temp, seeds, 50),
-                       "logprobs": lambda: sampler.logprobs(shard, ids)},
+                       "sample_p90": lambda: sampler.sample(shard, temp, seeds, top_p=0.9),
+                       "sample_minp05": lambda: sampler.sample(shard, temp, seeds, min_p=0.05),
+                       "logprobs": lambda: sampler.logprobs(shard, ids),
+                       "logprobs_n5": lambda: sampler.logprobs(shard, ids, 5)},
              "gather": on_full(lambda: lg(shard))}
     if stock_ok:
         table["stock"] = on_full(stock)
@@ -116,6 +132,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
     lg = LogitsGather(n, cap, device=device, dtype=torch.bfloat16)
     gen = torch.Generator().manual_seed(1234 + rank)
     results = {}
+    bar = _progress(rank, len(args.rows) * (1 + args.reps))
     for m in args.rows:
         shard = (torch.randn(m, n, generator=gen) * 3).to(torch.bfloat16).to(device)
         temp = torch.full((m,), 0.8, device=device)
@@ -125,6 +142,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
         for fns in table.values():  # warm up: builds exchanges, compiles kernels
             for fn in fns.values():
                 fn()
+        bar.update(1)
         if args.graphs and device.type == "cuda":
             table = {k: {op: _graphed(fn) for op, fn in fns.items()} for k, fns in table.items()}
         times: dict[tuple[str, str], list[float]] = {}
@@ -132,7 +150,9 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
             for op in OPS:
                 for method, fns in table.items():
                     times.setdefault((op, method), []).append(_burst(fns[op], args.iters, device))
+            bar.update(1)
         results[m] = {f"{op}/{method}": statistics.median(v) for (op, method), v in times.items()}
+    bar.close()
     everyone: list = [None] * world
     dist.all_gather_object(everyone, results)
     if rank == 0:
@@ -141,52 +161,139 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
     dist.destroy_process_group()
 
 
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(rank: int, total: int):
+    """A tqdm bar on rank 0 (stderr); nothing elsewhere or without tqdm."""
+    if rank != 0:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, desc="sampling bench", unit="step", file=sys.stderr)
+
+
+def _verdicts(rows: dict, graphs: bool, world: int, vocab: int) -> list[str]:
+    """met/MISSED per target, from this run's numbers."""
+    out = []
+    setup = world == 2 and vocab == 151552
+    note = "" if setup else f" (targets are for tp=2, V=151552; this is tp={world}, V={vocab})"
+    if graphs and 64 in rows:
+        for op, limit in TARGETS:
+            us = rows[64].get(f"{op}/shard")
+            if us is not None:
+                out.append(f"target {op} <= {limit:g} us at M=64 (graph replay): "
+                           f"{us:.1f} us {'met' if us <= limit else 'MISSED'}{note}")
+        big = [m for m in rows if m >= 16]
+        if big:
+            worst = min(rows[m]["greedy/gather"] / rows[m]["greedy/shard"] for m in big)
+            out.append(f"target greedy >= 3x gather + argmax at every M >= 16: worst "
+                       f"{worst:.2f}x {'met' if worst >= 3 else 'MISSED'}{note}")
+    elif not graphs:
+        for op in OPS:
+            ratios = {m: rows[m][f"{op}/gather"] / rows[m][f"{op}/shard"] for m in rows}
+            worst = min(ratios, key=ratios.get)
+            out.append(f"target eager {op}: shard faster than gather at every M: worst "
+                       f"{ratios[worst]:.2f}x at M={worst} "
+                       f"{'met' if ratios[worst] > 1 else 'MISSED'}{note}")
+    return out
+
+
 def _report(args, world, device, colocated, sampler_backend, lg_backend, everyone) -> None:
     rows = {m: {k: max(r[m][k] for r in everyone) for k in everyone[0][m]} for m in args.rows}
+    graphs = args.graphs and device.type == "cuda"
     where = (f"{world} ranks on {device.type}" + (" (colocated on one GPU)" if colocated else "")
              + f", V={args.vocab}, bf16, exchange={sampler_backend}, gather={lg_backend}"
-             + (", CUDA graphs" if args.graphs and device.type == "cuda" else ", eager"))
-    print(where)
+             + (", CUDA graphs" if graphs else ", eager"))
+    lines = [where]
     if colocated:
-        print("NOTE: colocated ranks share one GPU: these timings say nothing about NVLink; "
-              "stock (NCCL) is unavailable with colocated ranks.")
-    print(f"{'op':<11}{'M':>5}" + "".join(f"{m + ' us':>12}" for m in METHODS)
-          + f"{'x gather':>10}{'x stock':>10}")
+        lines.append("NOTE: colocated ranks share one GPU: these timings say nothing about "
+                     "NVLink; stock (NCCL) is unavailable with colocated ranks.")
+    lines.append(f"{'op':<14}{'M':>5}" + "".join(f"{m + ' us':>12}" for m in METHODS)
+                 + f"{'x gather':>10}{'x stock':>10}")
     for op in OPS:
         for m in args.rows:
             t = {meth: rows[m].get(f"{op}/{meth}") for meth in METHODS}
             cells = "".join(f"{v:>12.1f}" if v else f"{'n/a':>12}" for v in t.values())
             ratios = "".join(f"{t[b] / t['shard']:>9.1f}x" if t[b] else f"{'n/a':>10}"
                              for b in ("gather", "stock"))
-            print(f"{op:<11}{m:>5}{cells}{ratios}")
-    if 64 in rows:
-        ratio = rows[64]["greedy/gather"] / rows[64]["greedy/shard"]
-        print(f"greedy at M=64: shard is {ratio:.1f}x faster than gather + torch.argmax "
-              "(goal on multi-GPU: >= 5x)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"setup": where, "world": world, "us": rows}, f, indent=1)
-        print(f"wrote {args.json}")
+            lines.append(f"{op:<14}{m:>5}{cells}{ratios}")
+    if device.type == "cuda":
+        lines += _verdicts(rows, graphs, world, args.vocab)
+    text = "\n".join(lines)
+    print(text)
+    record = {"setup": where, "world": world, "graphs": graphs, "us": rows,
+              "targets": [v for v in lines if v.startswith("target")]}
+    paths = [args.json] if args.json else []
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        stem = os.path.join(args.out, f"sampling_tp{world}_{'graphs' if graphs else 'eager'}")
+        with open(stem + ".txt", "w") as f:
+            f.write(text + "\n")
+        paths.append(stem + ".json")
+        print(f"wrote {stem}.txt")
+    for path in paths:
+        with open(path, "w") as f:
+            json.dump(record, f, indent=1)
+        print(f"wrote {path}")
+
+
+def _positive(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, "
+                                             f"got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
+        return value
+    return parse
+
+
+def _rows(text: str) -> list[int]:
+    try:
+        rows = [int(m) for m in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rows must be comma-separated positive integers, "
+                                         f"got {text!r}") from None
+    if not rows or min(rows) < 1:
+        raise argparse.ArgumentTypeError(f"--rows values must be >= 1, got {text!r}")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--world-size", type=int, default=None,
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    p.add_argument("--world-size", type=_positive("--world-size"), default=None,
                    help="ranks (default: GPU count if > 1, else 2)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--rows", default="1,4,16,64,256", help="comma-separated M values")
-    p.add_argument("--vocab", type=int, default=151552)
-    p.add_argument("--iters", type=int, default=None, help="calls per burst (GPU 50, CPU 2)")
-    p.add_argument("--reps", type=int, default=None, help="bursts per method (GPU 15, CPU 3)")
+    p.add_argument("--rows", type=_rows, default=[1, 4, 16, 64, 256],
+                   help="comma-separated M values (default 1,4,16,64,256)")
+    p.add_argument("--vocab", type=_positive("--vocab"), default=151552)
+    p.add_argument("--iters", type=_positive("--iters"), default=None,
+                   help="calls per burst (GPU 50, CPU 2)")
+    p.add_argument("--reps", type=_positive("--reps"), default=None,
+                   help="bursts per method (GPU 15, CPU 3)")
     p.add_argument("--graphs", action="store_true", help="time CUDA graph replays (GPU only)")
     p.add_argument("--json", default=None, help="also write the table here")
+    p.add_argument("--out", default=None, help="directory for the table (.txt) and .json")
     args = p.parse_args(argv)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     gpu = args.device == "cuda"
+    if gpu and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA GPU is available here (use --device cpu)")
+    if args.graphs and not gpu:
+        p.error("--graphs needs --device cuda")
     gpus = torch.cuda.device_count() if gpu else 0
     world = args.world_size or (gpus if gpus > 1 else 2)
-    args.rows = [int(m) for m in args.rows.split(",")]
     args.iters = args.iters or (50 if gpu else 2)
     args.reps = args.reps or (15 if gpu else 3)
     if args.vocab % world:
