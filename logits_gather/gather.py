@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import symmetric
 from .checks import (
     PeerTimeoutError,
     agree,
@@ -29,21 +30,6 @@ def _log_once(message: str) -> None:
     if message not in _logged:
         _logged.add(message)
         log.info(message)
-
-
-def _symm_mem_problem(device: torch.device) -> str | None:
-    """Why this rank alone cannot use the kernel, or None."""
-    if device.type != "cuda":
-        return f"device is {device}, not CUDA"
-    try:
-        import triton  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure means no kernel
-        return f"Triton is not importable ({type(exc).__name__}: {exc})"
-    try:
-        import torch.distributed._symmetric_memory  # noqa: F401
-    except Exception as exc:  # noqa: BLE001
-        return f"torch symmetric memory is unavailable ({type(exc).__name__}: {exc})"
-    return None
 
 
 class LogitsGather:
@@ -105,10 +91,9 @@ class LogitsGather:
         local, info = None, None
         wants_kernel = not problems and backend != "torch.distributed"
         if wants_kernel:
-            local = _symm_mem_problem(device)
+            local = symmetric.local_problem(device)
         if wants_kernel and local is None:
-            from .symmetric import describe_device
-            info = describe_device(device)
+            info = symmetric.describe_device(device)
         record = {"columns": columns, "capacity": capacity, "dtype": str(dtype),
                   "backend": backend, "graphs": graphs, "on_timeout": on_timeout,
                   "check_calls": check_calls}
@@ -145,8 +130,7 @@ class LogitsGather:
     def _build(self, extras: list[Any], backend: str, graphs: bool) -> tuple[str, Any]:
         reasons = [f"rank {r}: {why}" for r, (why, _) in enumerate(extras) if why]
         if not reasons and backend != "torch.distributed":
-            from .symmetric import peer_problem
-            mine = peer_problem(self.rank, [info for _, info in extras])
+            mine = symmetric.peer_problem(self.rank, [info for _, info in extras])
             reasons = agree(self.group, {"step": "peer access"}, [], extra=mine)
             reasons = [f"rank {r}: {why}" for r, why in enumerate(reasons) if why]
         if backend == "torch.distributed":
@@ -187,10 +171,9 @@ class LogitsGather:
         try:
             from .kernel import FLAG_ROWS
             from .push import EAGER_SLOTS, GRAPH_SLOTS, PushGather
-            from .symmetric import allocate, max_ctas
 
-            ctas = max_ctas(infos)
-            buffers = allocate(capacity=self.capacity, columns=self.columns,
+            ctas = symmetric.max_ctas(infos)
+            buffers = symmetric.allocate(capacity=self.capacity, columns=self.columns,
                                slots=EAGER_SLOTS + (GRAPH_SLOTS if graphs else 0),
                                world_size=self.world_size, rank=self.rank, dtype=self.dtype,
                                device=self.device, ctas=ctas, flag_rows=FLAG_ROWS,

@@ -37,6 +37,21 @@ class PeerBuffers:
     handles: tuple[object, ...]  # keep the rendezvous handles (and mappings) alive
 
 
+def local_problem(device: torch.device) -> str | None:
+    """Why this rank alone cannot use the kernel, or None."""
+    if device.type != "cuda":
+        return f"device is {device}, not CUDA"
+    try:
+        import triton  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure means no kernel
+        return f"Triton is not importable ({type(exc).__name__}: {exc})"
+    try:
+        import torch.distributed._symmetric_memory  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        return f"torch symmetric memory is unavailable ({type(exc).__name__}: {exc})"
+    return None
+
+
 def describe_device(device: torch.device) -> dict[str, object]:
     """What peers need to know about this rank's GPU to judge the fast path."""
     props = torch.cuda.get_device_properties(device)

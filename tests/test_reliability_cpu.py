@@ -241,10 +241,9 @@ def _symm_mem_oom(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> lis
 
     import torch.distributed._symmetric_memory as symm_mem
 
-    import logits_gather.gather as gather_mod
     import logits_gather.symmetric as symmetric
 
-    monkeypatch.setattr(gather_mod, "_symm_mem_problem", lambda device: None)
+    monkeypatch.setattr(symmetric, "local_problem", lambda device: None)
     monkeypatch.setattr(symmetric, "describe_device", lambda device: {
         "host": "h", "uuid": f"gpu{rank}", "index": rank, "sms": 8})
     monkeypatch.setattr(symmetric, "peer_problem", lambda me, infos: None)
