@@ -51,9 +51,14 @@ def _all_gather_single(output: torch.Tensor, tensor: torch.Tensor, group: Any,
     return fn(output, tensor, group=group, async_op=async_op)
 
 
+def _runs_gloo(group: dist.ProcessGroup | None) -> bool:
+    """Whether ``group`` takes CPU tensors (gloo alone, or gloo next to NCCL)."""
+    return "gloo" in str(dist.get_backend(group))
+
+
 def _channel(group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
     """A gloo group with the ranks of ``group`` (collective over them)."""
-    if "gloo" in str(dist.get_backend(group)):
+    if _runs_gloo(group):
         return group
     pg = group if group is not None else dist.group.WORLD
     key = pg.group_name

@@ -87,3 +87,43 @@ def test_every_rank_raises_the_same_error(world: int) -> None:
     per_rank = run_ranks(_contract, world, env={"LOGITS_GATHER_CHECK_CALLS": "1"})
     assert all(messages == per_rank[0] for messages in per_rank), per_rank
     assert len(per_rank[0]) == 9
+
+
+def _own_channel(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Groups that do not run gloo (NCCL in real use) get a gloo channel of their own:
+    over the whole world with ``new_group``, over a subgroup with local synchronisation
+    (rank 2 is not a member and takes no part)."""
+    import torch.distributed as dist
+
+    import logits_gather.calls as calls
+
+    pair = dist.new_group([0, 1])  # collective over the world, as torch requires
+    monkeypatch.setattr(calls, "_runs_gloo", lambda group: False)
+    c = Calls(rank, world)
+    g = LogitsGather(**KW, check_calls=True)
+    assert g._calls._group is not None and g._calls._group is not dist.group.WORLD
+    c.exact(g)
+    c.fails(g, torch.ones(1 + rank % 2, 6), "M differs between ranks")
+    c.exact(g, 2)
+    if rank < 2:
+        c.world = 2
+        p = LogitsGather(**KW, group=pair, check_calls=True)
+        assert p._calls._group is not pair and dist.get_world_size(p._calls._group) == 2
+        c.exact(p)
+        c.fails(p, torch.ones(3, 6 if rank == 0 else 5), "rejected input on rank 1")
+        c.exact(p, 4)
+        c.world = world
+    dist.barrier()
+    c.seed = 100  # ranks 0 and 1 drew more seeds above
+    c.exact(g, 1)
+    return c.messages[:1]
+
+
+def _own_channel_entry(rank: int, world: int) -> list[str]:
+    with pytest.MonkeyPatch.context() as mp:
+        return _own_channel(rank, world, mp)
+
+
+def test_groups_without_gloo_get_their_own_channel() -> None:
+    per_rank = run_ranks(_own_channel_entry, 3)
+    assert per_rank[0] == per_rank[1] == per_rank[2]
