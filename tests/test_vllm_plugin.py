@@ -183,6 +183,17 @@ def _decisions_rank(rank: int, world_size: int, seed: int) -> list[str]:
         ours._settings = Settings(backend="torch.distributed")
         check_steps(ours, stock(VOCAB), lm_head, seed, [3, 1], torch.float32, rank)
         assert ours._state == "stock" and ours.gather_counts == {"logits_gather": 0, "vllm": 2}
+
+        def unreadable(device):
+            if rank == 0:
+                raise RuntimeError("simulated driver error")
+            return 100_000 * memory.MIB
+
+        memory.device_free_bytes = unreadable
+        ours = LogitsProcessor(VOCAB)
+        ours._settings = Settings(backend="torch.distributed")
+        check_steps(ours, stock(VOCAB), lm_head, seed, [1], torch.float32, rank)
+        assert ours._state == "stock"
         memory.device_free_bytes = lambda device: None
 
         real = processor.LogitsGather
@@ -206,13 +217,14 @@ def _decisions_rank(rank: int, world_size: int, seed: int) -> list[str]:
 def test_every_rank_agrees_to_fall_back() -> None:
     results = run_ranks(_decisions_rank, 2, random.randrange(1 << 30), env=ENV, timeout=300)
     for rank, lines in enumerate(results):
-        assert len(lines) == 3, lines
+        assert len(lines) == 4, lines
         assert all(f"TP rank {rank}/2" in line for line in lines), lines
         assert "because logits are on cpu and the fast path needs CUDA" in lines[0]
         assert "because rank 1: only 100 MiB free" in lines[1]
         assert "min_free_mib" in lines[1]
-        assert "rank 1: LogitsGather could not be built (RuntimeError: simulated" in lines[2]
-        assert "rank 0:" not in lines[2]
+        assert "because rank 0: free memory unreadable (RuntimeError: simulated" in lines[2]
+        assert "rank 1: LogitsGather could not be built (RuntimeError: simulated" in lines[3]
+        assert "rank 0:" not in lines[3]
 
 
 def test_register_in_process(monkeypatch) -> None:

@@ -177,7 +177,10 @@ class GatherLogitsProcessor(LogitsProcessor):
                 local = (f"memory_mib={s.memory_mib:g} is below one row "
                          f"({memory.row_bytes(padded, item, self.graphs)} bytes)")
             else:
-                local, seen = memory.fit_problem(device, needed, s.min_free_mib)
+                try:  # whatever happens here, this rank must reach the agreement
+                    local, seen = memory.fit_problem(device, needed, s.min_free_mib)
+                except Exception as exc:  # noqa: BLE001 - reported to every rank below
+                    local = f"free memory unreadable ({type(exc).__name__}: {exc})"
             everyone = memory.agree(tp.cpu_group, (local, capacity))
             reason = _joined([p for p, _ in everyone])
             if reason is None and len({c for _, c in everyone}) > 1:
