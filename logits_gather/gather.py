@@ -239,17 +239,18 @@ class LogitsGather:
         """
         if self._failed is not None:
             raise PeerTimeoutError(self._failed)
-        if (synchronize and self.device.type == "cuda"
-                and not torch.cuda.is_current_stream_capturing()):
-            try:
-                torch.cuda.synchronize(self.device)
+        timeout = self._timeout_error()
+        if synchronize and self.device.type == "cuda":
+            try:  # after a trap every CUDA call raises the context's sticky error
+                if not torch.cuda.is_current_stream_capturing():
+                    torch.cuda.synchronize(self.device)
             except RuntimeError as exc:
                 timeout = self._timeout_error()
                 if timeout is None:
                     raise
                 self._failed = str(timeout)
                 raise timeout from exc
-        timeout = self._timeout_error()
+            timeout = self._timeout_error()
         if timeout is not None:
             self._failed = str(timeout)
             raise timeout
