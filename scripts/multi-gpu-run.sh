@@ -7,7 +7,8 @@
 #   4. MPS daemon up; tp=4 and tp=8 spread over the GPUs (--ranks-per-gpu),
 #      --quick, LATENCY ONLY; MPS daemon down                                   ~1-1.5 min each
 #   5. the spread target: tp=8 spread graph replay at M=1 vs the tp=2 figure
-#   (RUN_GPU_TESTS=1 also runs the GPU tests first; they are not in the time budget.)
+#   (RUN_GPU_TESTS=1 also runs the GPU tests first; they are not in the time budget.
+#    SKIP_SAMPLING=1 leaves step 3 out.)
 # Usage: bash scripts/multi-gpu-run.sh OUTDIR   (then copy OUTDIR into
 # benchmarks/results/<date>-<gpu>x<n>/). NVLink multicast stays off throughout.
 set -u
@@ -50,7 +51,7 @@ step bench_tp2 240 python3 -m logits_gather.bench --tp 2 --vocab 151552,129280 -
   --stall-timeout 120 --out "$out"
 grep -A12 "^targets" "$out/log_bench_tp2.txt"
 
-if python3 -c "import logits_gather.bench.sampling" 2>/dev/null; then
+if [ "${SKIP_SAMPLING:-0}" != 1 ] && python3 -c "import logits_gather.bench.sampling" 2>/dev/null; then
   step sampling_tp2 120 python3 -m logits_gather.bench.sampling --device cuda --world-size 2 \
     --graphs --json "$out/sampling_tp2.json"
   tail -15 "$out/log_sampling_tp2.txt"

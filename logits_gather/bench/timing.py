@@ -13,6 +13,12 @@ import torch
 Call = Callable[[torch.Tensor], Any]
 MAX_QUEUED_LAUNCHES = 600   # below CUDA's pending-launch queue, so issuing never blocks
 MAX_PREFILL_US = 200_000.0
+# Every timed burst starts after at least this much spinning: the host pauses between
+# bursts (agreement between ranks), and a burst that starts on an idle GPU can run
+# below full clocks. A guard, not a measured fix: in run 1 (benchmarks/NOTES.md) this
+# benchmark read ours 0.4 us slower at M=1 than scripts/sweep.py, whose bursts follow
+# a 4 ms spin, after the trap-path difference is taken out.
+MIN_PREFILL_US = 3000.0
 
 
 def schedule(xs: Sequence[torch.Tensor], n: int, start: int = 0) -> list[torch.Tensor]:
@@ -63,7 +69,7 @@ class CudaClock:
         self.cycles_per_us = cycles / max(1.0, self.start.elapsed_time(self.end) * 1e3)
 
     def prefill(self, us: float) -> None:
-        torch.cuda._sleep(int(min(us, MAX_PREFILL_US) * self.cycles_per_us))
+        torch.cuda._sleep(int(min(max(us, MIN_PREFILL_US), MAX_PREFILL_US) * self.cycles_per_us))
 
     def burst(self, call: Call, xs: list[torch.Tensor], host_us: float) -> float:
         self.prefill(1.5 * host_us * (len(xs) + 1) + 50)
