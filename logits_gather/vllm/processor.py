@@ -115,8 +115,10 @@ class GatherLogitsProcessor(LogitsProcessor):
         self._lg: LogitsGather | None = None
         self._state = _PENDING
         self.gather_counts = {"logits_gather": 0, "vllm": 0}
+        self._unlogged: str | None = None  # why settings keep vLLM's path, logged at 1st call
         if self._settings.disable or (self.role == "drafter" and not self._settings.drafters):
             self._state = _STOCK
+            self._unlogged = f"settings ask for it ({self._settings.describe()})"
 
     def _gather_logits(self, logits: torch.Tensor) -> torch.Tensor:
         lg = self._pick(logits)
@@ -129,6 +131,10 @@ class GatherLogitsProcessor(LogitsProcessor):
 
     def _pick(self, logits: torch.Tensor) -> LogitsGather | None:
         """The LogitsGather for this call, or None for vLLM's gather."""
+        if self._unlogged is not None:
+            log.info("%s: vLLM's all-gather, because %s", self._tag(get_tp_group()),
+                     self._unlogged)
+            self._unlogged = None
         if self._state is _STOCK or logits.dim() != 2 or not logits.is_contiguous():
             return None
         m = logits.shape[0]
