@@ -125,11 +125,15 @@ def _check(rank: int, world: int, seed: int) -> dict:
     from logits_gather.sampling import reference
 
     n = V // world
-    gen = torch.Generator().manual_seed(seed)
     explicit = sampling.VocabParallelSampler(n, 48, backend="torch.distributed")
-    tokens, calls = [], 0
-    for dtype in DTYPES:
-        for kind in ("random", "ties", "special"):
+    tokens: dict[str, list[int]] = {}
+    calls = 0
+    # fp16 only at tp <= 2: tp 3 and 4 are four processes on CI's few cores.
+    for dtype in DTYPES if world <= 2 else (torch.bfloat16, torch.float32):
+        for j, kind in enumerate(("random", "ties", "special")):
+            # Data per (dtype, kind), so tp runs that skip fp16 still see the same logits.
+            gen = torch.Generator().manual_seed(seed * 16 + 4 * DTYPES.index(dtype) + j)
+            drawn = tokens.setdefault(f"{dtype} {kind}", [])
             m = int(torch.randint(1, 40, (1,), generator=gen))
             full = make_logits(gen, m, kind, dtype)
             shard = full[:, rank * n:(rank + 1) * n].contiguous()
@@ -143,17 +147,19 @@ def _check(rank: int, world: int, seed: int) -> dict:
                 got = sampling.sample(shard, temp, seeds, top_k=k)
                 want = reference.sample(full, temp, seeds, top_k=k)
                 assert torch.equal(got, want), f"{where} top_k={k}: {got} != {want}"
-                tokens.append(got)
+                drawn += got.tolist()
                 calls += 1
             if sweep:
                 _check_threshold(explicit, full, shard, where)
             got = explicit.sample(shard, temp.double(), seeds.int(), top_k=5)
             assert torch.equal(got, reference.sample(full, temp, seeds.int(), top_k=5)), where
-            for f in _filters(gen, m, full):
+            # The filter path costs up to 11 exchanges a call: every kind in bf16, one in fp32.
+            filtered = dtype == torch.bfloat16 or (dtype == torch.float32 and kind == "ties")
+            for f in _filters(gen, m, full) if filtered else ():
                 got = sampling.sample(shard, temp, seeds, **f)
                 want = reference.sample(full, temp, seeds, **f)
                 assert torch.equal(got, want), f"{where} {f}: {got} != {want}"
-                tokens.append(got)
+                drawn += got.tolist()
                 calls += 1
             ids = torch.randint(0, V, (m,), generator=gen)
             for top_n in (0, 1, 20):
@@ -168,7 +174,7 @@ def _check(rank: int, world: int, seed: int) -> dict:
                 _close(got.top_logprobs, exact.gather(1, got.top_ids), where, EXACT_TOL)
             calls += 4
     assert calls >= 6
-    return {"tokens": torch.cat(tokens).tolist(), "errors": _bad_inputs(rank, n, sampling),
+    return {"tokens": tokens, "errors": _bad_inputs(rank, n, sampling),
             "after_errors": sampling.greedy(torch.full((2, n), float(rank))).tolist()}
 
 
@@ -234,7 +240,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, where: str, tol: float = TOL) 
 
 
 SEED = random.randrange(2**31)
-_tokens_by_world: dict[int, list[int]] = {}
+_tokens_by_world: dict[int, dict[str, list[int]]] = {}
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -250,4 +256,6 @@ def test_equivalence(world_size: int) -> None:
     # Same logits and seeds at every world size (SEED is per session): same tokens.
     _tokens_by_world[world_size] = results[0]["tokens"]
     for other, tokens in _tokens_by_world.items():
-        assert tokens == results[0]["tokens"], f"tp={other} != tp={world_size}"
+        for case in tokens.keys() & results[0]["tokens"].keys():
+            same = tokens[case] == results[0]["tokens"][case]
+            assert same, f"{case}: tp={other} != tp={world_size}"
