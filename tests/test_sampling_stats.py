@@ -1,4 +1,4 @@
-"""Statistics of ``sampling.sample``: draws follow softmax(x / T) (restricted to top-k).
+"""Statistics of ``sampling.sample``: draws follow softmax(x / T) restricted to the kept set.
 
 Each configuration draws R tokens from one row of logits repeated R times with
 R distinct seeds, and a chi-square test compares the counts with the softmax
@@ -7,7 +7,13 @@ from the regularised upper incomplete gamma function written below (no
 scipy). A test fails at p < 1e-6, and each configuration also checks that the
 same counts reject a wrong distribution (a 1.5x temperature; for the tie
 case, a strict top-k without the tied extras), so the test has the power to
-fail. Tokens outside the top-k set must never appear.
+fail. Tokens outside the kept set must never appear.
+
+The kept set of the top-p / min-p configurations is computed here independently, in
+float64 from probabilities (min-p: ``p_j >= min_p * p_max``; top-p: the shortest
+prefix of whole runs of equal logits whose cumulative probability reaches ``p``),
+not from the library's integer masses; the configurations keep away from the
+cut-offs, where the two could differ in the last bits.
 """
 
 from __future__ import annotations
@@ -26,6 +32,10 @@ ALPHA = 1e-6
 # (temperature, top_k, logits kind); "ties" puts four equal logits at the k-th value.
 CONFIGS = ((1.0, None, "random"), (0.5, None, "random"), (2.0, None, "random"),
            (1.0, 5, "random"), (0.7, 3, "ties"), (1.3, 70, "random"))  # 70 > 64: radix select
+# (temperature, filters, logits kind): top-p / min-p, alone, mixed, and a top-p cut in a run.
+FILTERED = ((1.0, dict(top_p=0.8), "random"), (0.7, dict(min_p=0.05), "random"),
+            (1.5, dict(top_p=0.9, min_p=0.02, top_k=30), "random"),
+            (1.0, dict(top_p=0.55), "ties"))
 
 
 def chi2_sf(x: float, df: int) -> float:
@@ -82,6 +92,25 @@ def expected(x: torch.Tensor, t: float, k: int | None) -> torch.Tensor:
     return torch.softmax((x / t).masked_fill(~keep, -math.inf), 0)
 
 
+def expected_filtered(x: torch.Tensor, t: float, f: dict) -> torch.Tensor:
+    """softmax(x / T) over the kept set, in float64 (see the module docstring)."""
+    s = x.double() / t
+    prob = torch.softmax(s, 0)
+    keep = torch.ones_like(s, dtype=torch.bool)
+    if f.get("min_p"):
+        keep &= prob >= f["min_p"] * prob.max()
+    if f.get("top_k"):
+        keep &= s >= torch.topk(s, f["top_k"]).values[-1]
+    if f.get("top_p", 1.0) < 1.0:
+        pk = torch.where(keep, prob, 0.0)
+        pk = pk / pk.sum()
+        values = s[keep].unique(sorted=True).flip(0)
+        cum = torch.stack([pk[s >= v].sum() for v in values])
+        tau = values[int((cum < f["top_p"] - 1e-12).sum())]
+        keep &= s >= tau
+    return torch.softmax(s.masked_fill(~keep, -math.inf), 0)
+
+
 def chi2_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
     exp = probs * counts.sum()
     big = exp >= 5
@@ -105,9 +134,21 @@ def _draw(rank: int, world: int, seed: int, configs) -> list[list[int]]:
         x = row_logits(seed + i, kind)
         shard = x[rank * n:(rank + 1) * n].expand(R, n).to(torch.float32).contiguous()
         seeds = torch.arange(R) + (seed * 1_000_003 + i) * R
-        tokens = sampling.sample(shard, torch.full((R,), t), seeds, top_k=k)
+        f = k if isinstance(k, dict) else dict(top_k=k)
+        tokens = sampling.sample(shard, torch.full((R,), t), seeds, **f)
         out.append(torch.bincount(tokens, minlength=V).tolist())
     return out
+
+
+def _assert_filtered(seed: int, configs, counts: list[list[int]]) -> None:
+    for i, ((t, f, kind), c) in enumerate(zip(configs, counts, strict=True)):
+        x, c = row_logits(seed + i, kind), torch.tensor(c)
+        probs = expected_filtered(x, t, f)
+        assert int(c[probs == 0].sum()) == 0, f"T={t} {f}: drew tokens outside the kept set"
+        p = chi2_p(c, probs)
+        assert p >= ALPHA, f"T={t} {f} {kind}: chi-square p={p:.2e}, counts {c.tolist()}"
+        wrong = chi2_p(c, expected(x, t, f.get("top_k")))  # the alternative: no top-p/min-p
+        assert wrong < ALPHA, f"T={t} {f}: the test cannot reject the alternative (p={wrong})"
 
 
 def _assert_fits(seed: int, configs, counts: list[list[int]]) -> None:
@@ -141,6 +182,16 @@ def test_softmax_distribution_tp2(seed: int) -> None:
     results = run_ranks(_draw, 2, seed, configs)
     assert results[0] == results[1]
     _assert_fits(seed, configs, results[0])
+
+
+def test_filtered_distribution_tp1(seed: int) -> None:
+    _assert_filtered(seed, FILTERED, run_ranks(_draw, 1, seed, FILTERED)[0])
+
+
+def test_filtered_distribution_tp2(seed: int) -> None:
+    results = run_ranks(_draw, 2, seed, FILTERED)
+    assert results[0] == results[1]
+    _assert_filtered(seed, FILTERED, results[0])
 
 
 def test_noise_is_uniform_and_independent() -> None:

@@ -78,7 +78,7 @@ class Fused:
         g = ex.send(m)
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
         c = self.world * self.splits
-        self.k.greedy_final[(m,)](g, out, self.world * ex.width // 2, c, CAND=_pow2(c),
+        self.k.greedy_final[(m,)](g, out, self.world * ex.width // 2, c, CAND=max(2, _pow2(c)),
                                   num_warps=1)
         return out
 
@@ -95,7 +95,7 @@ class Fused:
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
         c = self.world * self.splits
         self.k.sample_final[(m,)](
-            g, t, out, self.world * ex.width // 2, c, k or 0, CAND=_pow2(c), KP=kp,
+            g, t, out, self.world * ex.width // 2, c, k or 0, CAND=max(2, _pow2(c)), KP=kp,
             KCAND=_pow2(c * kp) if kp else 1, num_warps=8 if kp else 1)
         return out
 
@@ -115,7 +115,7 @@ class Fused:
         c = self.world * self.splits
         self.k.logprobs_final[(m,)](
             g, ids, lp, top_ids, top_lp, self.world * ex.width // 2, ex.width // 2,
-            self.splits, c, self.columns, self.world, n, CAND=_pow2(c), NP=npad,
+            self.splits, c, self.columns, self.world, n, CAND=max(2, _pow2(c)), NP=npad,
             NCAND=_pow2(c * npad) if npad else 1, num_warps=4 if npad else 1)
         return lp, top_ids, top_lp
 
