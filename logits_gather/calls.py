@@ -17,6 +17,11 @@ all then exchange descriptions (``all_gather_object``) and raise the same
 ``ValueError``, and no data has moved: the object stays usable, since every rank
 counted the failed call.
 
+What the record cannot show: a rank that skips a call of one object and later
+calls that object again pairs its later call with the peers' earlier one (equal
+indices); only a different M reveals it, else the ranks drift one call apart
+until a wait exceeds ``timeout_s``.
+
 The wait for peers is bounded by ``timeout_s``: a rank whose peers do not reach
 the exchange raises :class:`PeerTimeoutError` and its object is unusable after
 that (the abandoned exchange completes later against a peer's next check, which
