@@ -210,6 +210,15 @@ def _decisions_rank(rank: int, world_size: int, seed: int) -> list[str]:
         check_steps(ours, stock(VOCAB), lm_head, seed, [2, 2], torch.float32, rank)
         assert ours._state == "stock" and ours._lg is None
         processor.LogitsGather = real
+
+        processor._accepts = lambda name: False  # a library without on_timeout
+        ours = LogitsProcessor(VOCAB)
+        ours._settings = Settings(backend="torch.distributed")
+        check_steps(ours, stock(VOCAB), lm_head, seed, [2], torch.float32, rank)
+        assert ours._state == "ready"
+        assert any("has no on_timeout option" in m for m in messages), messages
+        line = [m for m in messages if "fast path" in m][-1]  # the library's own default
+        assert f"on_timeout={ours._lg.on_timeout}" in line, line
     assert any("registered GatherLogitsProcessor in pid" in m for m in messages), messages
     return [m for m in messages if "vLLM's all-gather, because" in m]
 
