@@ -259,3 +259,31 @@ def test_equivalence(world_size: int) -> None:
         for case in tokens.keys() & results[0]["tokens"].keys():
             same = tokens[case] == results[0]["tokens"][case]
             assert same, f"{case}: tp={other} != tp={world_size}"
+
+
+def test_reference_tie_rules() -> None:
+    """The definition's tie rules on hand-made rows (no communication)."""
+    from logits_gather.sampling import reference
+
+    r = 400
+    seeds = torch.arange(r) * 7919
+    t = torch.ones(r)
+    x = torch.tensor([3.0, 1.0, 3.0, 0.0, 3.0, -1.0, 2.0, 2.0]).expand(r, 8)
+    # top-p cut inside the run of three 3.0s keeps the whole run, and nothing else.
+    got = reference.sample(x, t, seeds, top_p=0.05)
+    assert set(got.tolist()) == {0, 2, 4}
+    # top-k = 2 cuts inside the same run: all three stay.
+    assert set(reference.sample(x, t, seeds, top_k=2).tolist()) == {0, 2, 4}
+    # top-k = 4 reaches the 2.0s: both stay (5 tokens).
+    assert set(reference.sample(x, t, seeds, top_k=4).tolist()) == {0, 2, 4, 6, 7}
+    # min-p = 1 keeps exactly the maxima; min-p = 0, top-p = 1 and top-k = 0 are "off".
+    assert set(reference.sample(x, t, seeds, min_p=1.0).tolist()) == {0, 2, 4}
+    plain = reference.sample(x, t, seeds)
+    for off in (dict(min_p=0.0), dict(top_p=1.0), dict(top_k=0), dict(top_k=8)):
+        assert torch.equal(reference.sample(x, t, seeds, **off), plain), off
+    # Temperature 0 and non-finite rows give argmax(x) (the first maximum / NaN).
+    y = x.clone()
+    y[1, 3] = float("nan")
+    y[2] = float("-inf")
+    got = reference.sample(y[:3], torch.tensor([0.0, 1.0, 1.0]), seeds[:3], top_p=0.5)
+    assert got.tolist() == [0, 3, 0]

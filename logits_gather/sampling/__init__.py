@@ -10,9 +10,11 @@ torch.distributed fallback elsewhere), then merges identically on every rank.
   id; NaN: the first NaN).
 - :func:`sample` equals :func:`reference.sample` on the gathered logits bit for
   bit at every tp: Gumbel-max with counter-based noise keyed by
-  ``(seed[row], global column)``; top-k keeps every logit ``>=`` the k-th largest.
-  ``top_k <= 64`` costs one exchange; larger ``top_k`` adds four ``[M, 256]``
-  exchanges (radix select).
+  ``(seed[i], global column)``, temperature, then min-p and top-k, then top-p,
+  each a scalar or per row (the definition and every tie rule: :mod:`.reference`).
+  On CUDA with Triton, plain sampling and an int ``top_k <= 64`` are fused
+  (:mod:`.fused`: kernel, exchange, kernel); per-row tensors, top-p, min-p and
+  larger ``top_k`` take the exact torch-ops filter path (:mod:`.filters`).
 - :func:`logprobs` is within ``1e-6 * (1 + |ref|)`` of the exact log_softmax and
   within ``2e-5 * (1 + |ref|)`` of ``torch.log_softmax(gathered.float(), 1)``.
 
