@@ -13,4 +13,4 @@ step timeout 600 python3 -m pytest -m gpu -rA -q -k "tp2-per-gpu" "$t"
 step timeout 600 python3 -m logits_gather.bench.sampling --device cuda --world-size 2 --graphs \
   --out "$out"
 step timeout 600 python3 -m logits_gather.bench.sampling --device cuda --world-size 2 --out "$out"
-step timeout 900 python3 -m pytest -m gpu -rA -q -k "not tp2-per-gpu and not noise" "$t"
+step timeout 1500 python3 -m pytest -m gpu -rA -q -k "not tp2-per-gpu and not noise" "$t"
