@@ -43,10 +43,13 @@ class Config:
     up_to_m: int | None = None
 
 
-# 8192-byte tiles of 4 warps were the fastest or tied at every M from 1 to 256 on
-# 2 H200s (benchmarks/NOTES.md), so one configuration serves every M; the grid is
-# one CTA per tile, at most one per SM.
-DEFAULT_CONFIGS = (Config(8192, 4),)
+def default_configs(world_size: int) -> tuple[Config, ...]:
+    """One configuration for every M: tiles of ``max(4096, 16384 // world_size)`` bytes,
+    4 warps. Measured on 2 H200s (benchmarks/NOTES.md): at tp=2 8192-byte tiles were the
+    fastest or tied at every M from 1 to 256; with 4 and 8 ranks (spread over the 2 GPUs)
+    4096-byte tiles beat 8192 (M=1 under graph replay 6.04 vs 7.00 and 8.84 vs 10.40 us)
+    and 2048 (7.04, 9.19). The grid is one CTA per tile, at most one per SM."""
+    return (Config(max(4096, 16384 // world_size), 4),)
 
 
 def make_plan(columns: int, item: int, capacity: int, ctas: int,
@@ -88,7 +91,7 @@ class PushGather:
                        for s in range(buffers.slots.shape[0])]
         self._eager = 0
         self._captured = 0
-        self.replan(DEFAULT_CONFIGS)
+        self.replan(default_configs(world_size))
 
     def replan(self, configs: Sequence[Config]) -> None:
         """Compiles what ``configs`` need and rebuilds the plan. Local and deterministic:
