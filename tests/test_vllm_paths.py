@@ -16,6 +16,9 @@ the vllm package), on 2 gloo ranks, bit for bit against vLLM's own class:
 * LoRA: the real ``LogitsProcessorWithLoRA._get_logits``, which calls
   ``base_layer._gather_logits`` (punica's in-place delta is replaced by a
   deterministic in-place add, since punica needs vLLM's compiled ops).
+* A real model class: vLLM's ``LlamaForCausalLM`` (tiny config, built by
+  ``initialize_model``) creates the plugin's processor in model code, and its
+  ``compute_logits`` matches a stock-built copy.
 * Drafters: built under the speculative loaders' model tag; V2's FULL-graph
   speculator gets a graph-capable instance sized by the drafter's rows; the
   capture-time routing (vLLM's path until built, for non-capturable instances
@@ -24,6 +27,7 @@ the vllm package), on 2 gloo ranks, bit for bit against vLLM's own class:
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -172,7 +176,56 @@ def _drafters(rank: int, world_size: int, seed: int, counts: dict) -> None:
     assert v1_draft.role == "drafter" and not v1_draft.graphs
 
 
-def _paths_rank(rank: int, world_size: int, seed: int) -> dict:
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,
+              "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "vocab_size": VOCAB, "max_position_embeddings": 256,
+              "rms_norm_eps": 1e-5, "torch_dtype": "float32", "tie_word_embeddings": False}
+
+
+def _real_model(rank: int, seed: int, model_dir: str, counts: dict) -> None:
+    """vLLM's own Llama class builds its ``LogitsProcessor`` in model code; its
+    ``compute_logits`` matches a stock-built copy. Built again under the EAGLE
+    loader's model tag, the same class's processor is a drafter."""
+    from vllm.compilation.backends import set_model_tag
+    from vllm.config import ModelConfig, SchedulerConfig, VllmConfig, set_current_vllm_config
+    from vllm.model_executor.custom_op import op_registry_oot
+    from vllm.model_executor.model_loader.utils import (
+        initialize_model,
+        process_weights_after_loading,
+    )
+
+    from logits_gather.vllm.processor import GatherLogitsProcessor
+
+    model_config = ModelConfig(model=model_dir, skip_tokenizer_init=True, dtype="float32",
+                               max_model_len=256)
+    config = VllmConfig(model_config=model_config, additional_config={"logits_gather": TD},
+                        scheduler_config=SchedulerConfig(
+                            max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=256,
+                            max_model_len=256, is_encoder_decoder=False))
+    models = []
+    for plugin in (True, False):
+        saved = None if plugin else op_registry_oot.pop("LogitsProcessor")
+        with set_current_vllm_config(config):
+            model = initialize_model(vllm_config=config, prefix=f"plugin_{plugin}")
+        if saved is not None:
+            op_registry_oot["LogitsProcessor"] = saved
+        process_weights_after_loading(model, model_config, torch.device("cpu"))
+        model.lm_head.weight.data.copy_(head(seed, rank, torch.float32).weight.data)
+        models.append(model)
+    ours, ref = models
+    assert type(ours.logits_processor) is GatherLogitsProcessor
+    assert type(ref.logits_processor).__name__ == "LogitsProcessor"
+    assert ours.logits_processor.role == "target"
+    for step, m in enumerate((MAX_NUM_SEQS, 2, MAX_NUM_SEQS + 1, 1)):
+        h = hidden(seed + 300 + step, m, torch.float32)
+        _same(ours.compute_logits(h), ref.compute_logits(h), f"rank {rank} Llama step {step}")
+    counts["llama"] = dict(ours.logits_processor.gather_counts)
+    with set_current_vllm_config(config), set_model_tag("eagle_head"):
+        draft = initialize_model(vllm_config=config, prefix="draft")
+    assert draft.logits_processor.role == "drafter"
+
+
+def _paths_rank(rank: int, world_size: int, seed: int, model_dir: str) -> dict:
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
     messages = collect()
@@ -187,8 +240,9 @@ def _paths_rank(rank: int, world_size: int, seed: int) -> dict:
         _lora(rank, lora_base, lora_ref, lm_head, seed)
         counts["lora"] = dict(lora_base.gather_counts)
         _drafters(rank, world_size, seed, counts)
+        _real_model(rank, seed, model_dir, counts)
     built = [m for m in messages if "fast path" in m]
-    assert len(built) == 3, messages
+    assert len(built) == 4, messages
     assert "6 rows x 1024 padded vocab, 3 slots = 0.1 MiB" in built[0], built[0]
     assert "4 rows x 1024 padded vocab, 5 slots = 0.1 MiB" in built[2], built[2]
     assert all("timeout 300s, on_timeout=trap" in m for m in built), built
@@ -197,8 +251,10 @@ def _paths_rank(rank: int, world_size: int, seed: int) -> dict:
     return counts
 
 
-def test_runner_call_paths() -> None:
-    results = run_ranks(_paths_rank, 2, random.randrange(1 << 30), env=ENV, timeout=300)
+def test_runner_call_paths(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    results = run_ranks(_paths_rank, 2, random.randrange(1 << 30), str(tmp_path), env=ENV,
+                        timeout=300)
     for counts in results:
         # profile + 3 V2 steps + 1 prompt chunk + V1 step + 1 V1 prompt row set;
         # vLLM: one 1024-row chunk and one 7-row V1 prompt.
@@ -206,3 +262,4 @@ def test_runner_call_paths() -> None:
         assert counts["lora"] == {"logits_gather": 2, "vllm": 1}, counts
         # vLLM: capture before the build, capture on torch.distributed, compiling, 5 > 4 rows
         assert counts["drafter"] == {"logits_gather": 2, "vllm": 4}, counts
+        assert counts["llama"] == {"logits_gather": 3, "vllm": 1}, counts
