@@ -154,12 +154,15 @@ def _check(rank: int, world: int, seed: int) -> dict:
             got = explicit.sample(shard, temp.double(), seeds.int(), top_k=5)
             assert torch.equal(got, reference.sample(full, temp, seeds.int(), top_k=5)), where
             # The filter path costs up to 11 exchanges a call: every kind in bf16, one in fp32.
-            filtered = dtype == torch.bfloat16 or (dtype == torch.float32 and kind == "ties")
-            for f in _filters(gen, m, full) if filtered else ():
+            filtered = dtype == torch.bfloat16 or (dtype == torch.float32 and kind == "ties"
+                                                   and world <= 2)
+            for i, f in enumerate(_filters(gen, m, full) if filtered else []):
+                if world > 2 and i not in (3, 6, 7):  # tp 3, 4: the adversarial ones
+                    continue
                 got = sampling.sample(shard, temp, seeds, **f)
                 want = reference.sample(full, temp, seeds, **f)
                 assert torch.equal(got, want), f"{where} {f}: {got} != {want}"
-                drawn += got.tolist()
+                tokens[f"{dtype} {kind} filter {i}"] = got.tolist()
                 calls += 1
             ids = torch.randint(0, V, (m,), generator=gen)
             for top_n in (0, 1, 20):
