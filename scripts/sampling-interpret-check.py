@@ -65,27 +65,38 @@ def run(world: int, n: int, m: int, seed: int) -> int:
     ids = torch.randint(0, v, (m,), generator=gen)
     fails = 0
     ops = [("greedy", None), ("sample", None)] + [("sample_k", k) for k in (1, 3, 20, 64)]
-    ops += [("logprobs", n_) for n_ in (0, 1, 5)]
+    ops += [("logprobs", n_) for n_ in (0, 1, 5)] + [("minp", mp) for mp in (0.05, 0.5, 1.0)]
     for op, arg in ops:
         fs = [fused.Fused(n, world, r) for r in range(world)]
-        room = fs[0].room(arg) if arg else 0
-        width = fs[0].width(op, room)
+        room = fs[0].room(arg) if op in ("sample_k", "logprobs") and arg else 0
+        width = fs[0].width("sample" if op == "minp" else op, room)
         exs = [FakeExchange(width, m) for _ in range(world)]
+        gxs = [FakeExchange(fs[0].width("greedy"), m) for _ in range(world)]
 
         def send(rows, exs=exs):
             return torch.stack([e.payload[:rows] for e in exs], 1).contiguous()
 
+        def send_g(rows, exs=gxs):
+            return torch.stack([e.payload[:rows] for e in exs], 1).contiguous()
+
         for e in exs:
             e.send = send
-        # Pass 1 fills every rank's payload; pass 2 reads them all (deterministic).
-        for _ in range(2):
+        for e in gxs:
+            e.send = send_g
+            e.twin = None
+        for e, gx in zip(exs, gxs, strict=True):
+            e.greedy = gx
+        # Pass 1 fills every rank's payload, later passes read them all (deterministic);
+        # min-p has two exchanges, so three passes.
+        for _ in range(3):
             outs = [_call(f, op, arg, full[:, r * n:(r + 1) * n].contiguous(), temp, seeds,
                           ids, e) for r, (f, e) in enumerate(zip(fs, exs, strict=True))]
         for r, got in enumerate(outs):
             if op == "greedy":
                 ok = torch.equal(got, full.argmax(1))
-            elif op.startswith("sample"):
-                want = reference.sample(full, temp, seeds, top_k=arg)
+            elif op.startswith("sample") or op == "minp":
+                f = dict(min_p=arg) if op == "minp" else dict(top_k=arg)
+                want = reference.sample(full, temp, seeds, **f)
                 ok = torch.equal(got, want)
                 if not ok:
                     print(op, arg, "got", got.tolist(), "want", want.tolist())
@@ -104,6 +115,9 @@ def run(world: int, n: int, m: int, seed: int) -> int:
 def _call(f, op, arg, shard, temp, seeds, ids, e):
     if op == "greedy":
         return f.greedy(shard, e)
+    if op == "minp":
+        logmp = torch.log(torch.full((shard.shape[0],), arg, dtype=torch.float32))
+        return f.sample_minp(shard, temp, seeds, logmp, e.greedy, e)
     if op.startswith("sample"):
         return f.sample(shard, temp, seeds, arg, e)
     return f.logprobs(shard, ids, arg or 0, e)

@@ -94,7 +94,8 @@ def _filters(rng: random.Random, m: int, dev: torch.device) -> list[dict]:
     return [dict(top_p=0.9), dict(min_p=0.05), dict(top_p=0.5, top_k=50),
             dict(top_k=col([0, 1, 3, 50, 64, 100, 5000]), top_p=col([1.0, 0.3, 0.9, 0.99]),
                  min_p=col([0.0, 0.0, 0.05, 0.3])),
-            dict(top_p=col([1.0, 0.8, 1e-6])), dict(top_k=col([0, 7, 70, V]))]
+            dict(top_p=col([1.0, 0.8, 1e-6])), dict(top_k=col([0, 7, 70, V])),
+            dict(min_p=col([0.0, 0.01, 0.2, 1.0]))]
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, where: str) -> None:
@@ -178,6 +179,7 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
                 sampler.sample(shard, temp, seeds, top_k=20),
                 sampler.sample(shard, temp, seeds, top_k=top_k, top_p=top_p, min_p=min_p),
                 sampler.sample(shard, temp, seeds, top_p=0.9),
+                sampler.sample(shard, temp, seeds, min_p=min_p),
                 sampler.logprobs(shard, ids, 5))
 
     fill(0)
@@ -192,13 +194,15 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
         full = fill(i)
         delay_random_rank(rng, rank, world)
         graph.replay()
-        g, s, s20, sf, sp, lp = out
+        g, s, s20, sf, sp, smin, lp = out
         assert torch.equal(g, full.argmax(1)), f"replay {i}"
         assert torch.equal(s, reference.sample(full, temp, seeds)), f"replay {i}"
         assert torch.equal(s20, reference.sample(full, temp, seeds, 20)), f"replay {i}"
         want = reference.sample(full, temp, seeds, top_k=top_k, top_p=top_p, min_p=min_p)
         assert torch.equal(sf, want), f"replay {i} filters"
         assert torch.equal(sp, reference.sample(full, temp, seeds, top_p=0.9)), f"replay {i}"
+        want = reference.sample(full, temp, seeds, min_p=min_p)
+        assert torch.equal(smin, want), f"replay {i} min_p"
         want = reference.logprobs(full, ids, 5)
         _close(lp.logprobs, want.logprobs, f"replay {i}")
         assert torch.equal(lp.top_ids, want.top_ids), f"replay {i}"

@@ -145,6 +145,27 @@ class Fused:
                     8 if kp else 1)
         return out
 
+    def sample_minp(self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor,
+                    log_min_p: torch.Tensor, ex_greedy: Any, ex: Any) -> torch.Tensor:
+        """min-p without top-k/top-p: greedy kernel, exchange, min-p kernel (``s_max`` from
+        the gathered greedy keys), exchange, final kernel. ``log_min_p`` fp32 ``[M]``."""
+        m = shard.shape[0]
+        x = self._shard(shard)
+        self.launch(self.k.greedy_local, (m, self.splits),
+                    (x, x.stride(0), ex_greedy.payload, ex_greedy.width // 2, self.columns,
+                     self.col0), {"BLOCK": self.block}, self.warps)
+        gx = ex_greedy.send(m)
+        c = self.world * self.splits
+        self.launch(self.k.minp_local, (m, self.splits),
+                    (x, x.stride(0), t, seed, log_min_p, gx, self.world * ex_greedy.width // 2,
+                     c, ex.payload, ex.width // 2, self.columns, self.col0),
+                    {"BLOCK": self.block, "CAND": max(2, _pow2(c))}, self.warps)
+        g = ex.send(m)
+        out = torch.empty(m, dtype=torch.int64, device=shard.device)
+        self.launch(self.k.sample_final, (m, 1), (g, t, out, self.world * ex.width // 2, c, 0),
+                    {"CAND": max(2, _pow2(c)), "KP": 0, "KCAND": 1}, 1)
+        return out
+
     def logprobs(self, shard: torch.Tensor, ids: torch.Tensor, n: int,
                  ex: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         m = shard.shape[0]

@@ -147,6 +147,26 @@ def sample_local(x_ptr, x_stride, t_ptr, seed_ptr, out_ptr, out_stride, N, col0,
 
 
 @triton.jit
+def minp_local(x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gx_ptr, gx_row_words, GC, out_ptr,
+               out_stride, N, col0, BLOCK: tl.constexpr, CAND: tl.constexpr):
+    """min-p, after the greedy exchange: words per split [global greedy key, best score key
+    among ``(s - s_max) >= log(min_p)``]; ``gx`` holds every split's greedy key, whose
+    maximum gives ``s_max = x_max / T``."""
+    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+    split = tl.program_id(1)
+    out = out_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * out_stride
+    gx = gx_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * gx_row_words
+    i = tl.arange(0, CAND)
+    gbest = tl.max(tl.load(gx + i, mask=i < GC, other=KEY_MIN), 0)
+    t = tl.load(t_ptr + row)
+    smax = tl.math.div_rn(_value(gbest), tl.where(t > 0.0, t, 1.0))
+    s, g = _scores(x, t, _row_key(tl.load(seed_ptr + row)), gidx)
+    keep = mask & ((s - smax) >= tl.load(logmp_ptr + row))
+    tl.store(out + split * 2, gbest)
+    tl.store(out + split * 2 + 1, tl.max(tl.where(keep, _key(g, gidx), KEY_MIN), 0))
+
+
+@triton.jit
 def greedy_final(g_ptr, out_ptr, row_words, C, CAND: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     g = g_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * row_words

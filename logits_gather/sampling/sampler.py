@@ -151,6 +151,13 @@ class VocabParallelSampler:
             if self._fused is None:
                 return self._sample_ops(shard, t, rng.row_keys(seeds), k)
         dev = self.device
+        if self._fused is not None and p is None and k is None:  # min-p alone: fused
+            if isinstance(mp, float):
+                mp = torch.full((m, 1), mp, dtype=torch.float32, device=dev)
+            f = self._fused
+            return f.sample_minp(shard, t.view(m), seeds, torch.log(mp).view(m),
+                                 self._exchange(f.width("greedy"), m),
+                                 self._exchange(f.width("sample"), m))
         if isinstance(k, int):
             k = torch.full((m, 1), k, dtype=torch.int64, device=dev)
         if isinstance(p, float):
