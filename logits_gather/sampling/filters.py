@@ -9,7 +9,7 @@ given set of filters). It reproduces :func:`.reference.sample` exactly:
    ``[M, 256]`` int64 counts, :mod:`.select`);
 3. min-p: local, from ``s_max``;
 4. top-p (if requested): ``tau`` by radix select over the int64 masses ``q``
-   (4 exchanges); the first round's total is ``Z``;
+   (4 exchanges); the first round's histogram total is ``Z``, which gives ``thr``;
 5. one exchange of the best Gumbel score over the kept set.
 
 Cost: 2 + 4 (top-k) + 4 (top-p) small exchanges, each a handful of torch ops
@@ -58,8 +58,10 @@ def sample(sampler, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor,
     if top_p is not None:
         q = torch.floor(torch.exp(s - smax) * rng.MASS_SCALE).to(torch.int64)
         q = torch.where(keep, q, 0)
-        z = _total(q, radix, m)
-        thr = torch.minimum(torch.ceil(z.double() * top_p).to(torch.int64).clamp_(min=1), z)
+
+        def thr(z: torch.Tensor) -> torch.Tensor:
+            return torch.minimum(torch.ceil(z.double() * top_p).to(torch.int64).clamp_(min=1), z)
+
         tau = select.threshold(keys, q, thr, send, radix.payload[:m])
         keep &= (keys >= tau) | (top_p >= 1)
     best = sampler._exchange(ops.BEST_WIDTH, m)
@@ -68,14 +70,6 @@ def sample(sampler, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor,
     sampled = ops.combine_best(best.send(m), sampler.columns)
     use_greedy = (t[:, 0] == 0) | ~torch.isfinite(smax[:, 0])
     return torch.where(use_greedy, greedy, sampled)
-
-
-def _total(q: torch.Tensor, radix, m: int) -> torch.Tensor:
-    """``Z``: the row's total mass over all ranks (int64 ``[M, 1]``; one exchange)."""
-    hist = radix.payload[:m].view(torch.int64)
-    hist.zero_()
-    hist[:, 0].copy_(q.sum(1))
-    return radix.send(m).view(torch.int64)[..., 0].sum(1, keepdim=True)
 
 
 __all__ = ["sample"]

@@ -37,13 +37,16 @@ def to_value(key: torch.Tensor) -> torch.Tensor:
     return torch.where(s < 0, s ^ 0x7FFFFFFF, s).to(torch.int32).view(torch.float32)
 
 
-def threshold(keys: torch.Tensor, weight: torch.Tensor | None, target: torch.Tensor,
+def threshold(keys: torch.Tensor, weight: torch.Tensor | None,
+              target: torch.Tensor | Callable[[torch.Tensor], torch.Tensor],
               exchange: Callable[[torch.Tensor], torch.Tensor],
               payload: torch.Tensor) -> torch.Tensor:
     """The largest key ``v`` with ``sum(weight[keys >= v]) >= target``, int64 ``[M, 1]``.
 
     ``weight`` int64 ``[M, N]`` (None: all ones), ``target`` int64 ``[M, 1]``
-    (>= 1 and <= the row's total weight, else the result is unspecified).
+    (>= 1 and <= the row's total weight, else the result is unspecified), or a
+    function of the row's total weight ``[M, 1]`` (known after the first round, so
+    top-p's ``thr`` costs no extra exchange).
     ``payload`` is this rank's fp32 ``[M, WIDTH]`` send buffer; ``exchange(payload)``
     returns every rank's copy as fp32 ``[M, W, WIDTH]``.
     """
@@ -60,6 +63,8 @@ def threshold(keys: torch.Tensor, weight: torch.Tensor | None, target: torch.Ten
             weight_now = torch.where((keys >> (shift + RADIX_BITS)) == prefix, w, 0)
         hist.zero_().scatter_add_(1, digit, weight_now)
         counts = exchange(payload).view(torch.int64).sum(1)
+        if callable(remaining):
+            remaining = remaining(counts.sum(1, keepdim=True))
         # at_or_above[:, j]: weight of digits >= BINS - 1 - j.
         at_or_above = counts.flip(1).cumsum(1)
         j = (at_or_above < remaining).sum(1, keepdim=True).clamp_(max=BINS - 1)
