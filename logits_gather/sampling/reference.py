@@ -48,7 +48,10 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _row(value, m: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.as_tensor(value, device=device).to(dtype).expand(m).reshape(m, 1)
+    # torch.full for scalars: as_tensor would copy from the host (no CUDA graph capture).
+    if not isinstance(value, torch.Tensor):
+        return torch.full((m, 1), value, dtype=dtype, device=device)
+    return value.to(device=device, dtype=dtype).expand(m).reshape(m, 1)
 
 
 def top_p_cut(s: torch.Tensor, smax: torch.Tensor, keep: torch.Tensor,

@@ -80,7 +80,10 @@ def kth_largest(xf: torch.Tensor, k: int | torch.Tensor,
     """The k-th largest value of the gathered rows (``k`` an int or int64 ``[M]``),
     as fp32 ``[M, 1]``. Rows with NaN give an unspecified value."""
     m = xf.shape[0]
-    target = torch.as_tensor(k, dtype=torch.int64, device=xf.device).expand(m).reshape(m, 1)
+    if isinstance(k, torch.Tensor):
+        target = k.to(torch.int64).expand(m).reshape(m, 1)
+    else:  # torch.full, not as_tensor: no host copy, so it can be captured
+        target = torch.full((m, 1), k, dtype=torch.int64, device=xf.device)
     return to_value(threshold(ordered_keys(xf), None, target, exchange, payload))
 
 
