@@ -30,6 +30,9 @@ def variants():
                 "x_ptr": x, "x_stride": "i32", "t_ptr": F32P, "seed_ptr": I64P,
                 "out_ptr": F32P, "out_stride": "i32", "N": "i32", "col0": "i32",
                 "BLOCK": "constexpr", "KP": "constexpr"}, {"BLOCK": 4096, "KP": kp}, 8
+        yield "scores_kernel", K.scores_kernel, {
+            "x_ptr": x, "x_stride": "i32", "t_ptr": F32P, "seed_ptr": I64P, "s_ptr": F32P,
+            "g_ptr": F32P, "N": "i32", "col0": "i32", "BLOCK": "constexpr"}, {"BLOCK": 4096}, 8
         yield "minp_local", K.minp_local, {
             "x_ptr": x, "x_stride": "i32", "t_ptr": F32P, "seed_ptr": I64P, "logmp_ptr": F32P,
             "gx_ptr": F32P, "gx_row_words": "i32", "GC": "i32", "out_ptr": F32P,

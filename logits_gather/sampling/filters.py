@@ -31,9 +31,11 @@ def sample(sampler, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor,
     """``t`` fp32 ``[M, 1]``, ``seed`` int64 ``[M]``; filters None or ``[M, 1]`` tensors
     (``top_k`` int64, ``top_p`` float64, ``min_p`` fp32) on the sampler's device."""
     m = shard.shape[0]
-    xf = shard.to(torch.float32)
-    s = xf.div(torch.where(t > 0, t, 1.0))
-    g = s.sub(rng.neg_log_neg_log_uniform(rng.row_keys(seed), sampler._counters))
+    if sampler._fused is not None:  # one Triton pass, the same bits as the torch ops
+        s, g = sampler._fused.scores(shard, t.view(m), seed)
+    else:
+        s = shard.to(torch.float32).div(torch.where(t > 0, t, 1.0))
+        g = s.sub(rng.neg_log_neg_log_uniform(rng.row_keys(seed), sampler._counters))
     ex = sampler._exchange(ops.GREEDY_WIDTH, m)
     ops.pack_greedy(shard, ex.payload[:m])
     ex.payload[:m, _SMAX].copy_(s.amax(1))

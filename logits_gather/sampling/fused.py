@@ -145,6 +145,19 @@ class Fused:
                     8 if kp else 1)
         return out
 
+    def scores(self, shard: torch.Tensor, t: torch.Tensor,
+               seed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(s, g)`` fp32 ``[M, N]`` for the filter path, in one kernel (bit-identical to
+        :func:`.rng.perturbed`)."""
+        m = shard.shape[0]
+        x = self._shard(shard)
+        s = torch.empty(m, self.columns, dtype=torch.float32, device=shard.device)
+        g = torch.empty_like(s)
+        self.launch(self.k.scores_kernel, (m, self.splits),
+                    (x, x.stride(0), t, seed, s, g, self.columns, self.col0),
+                    {"BLOCK": self.block}, self.warps)
+        return s, g
+
     def sample_minp(self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor,
                     log_min_p: torch.Tensor, ex_greedy: Any, ex: Any) -> torch.Tensor:
         """min-p without top-k/top-p: greedy kernel, exchange, min-p kernel (``s_max`` from

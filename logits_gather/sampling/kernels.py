@@ -95,6 +95,19 @@ def noise_kernel(seed_ptr, t_ptr, x_ptr, out_ptr, N, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def scores_kernel(x_ptr, x_stride, t_ptr, seed_ptr, s_ptr, g_ptr, N, col0, BLOCK: tl.constexpr):
+    """The filter path's elementwise pass: ``s = x / T`` and ``g = s - log(-log(u))``
+    (``T`` 0 read as 1), fp32 ``[M, N]`` contiguous outputs, global columns from ``col0``."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    s, g = _scores(x, tl.load(t_ptr + row), _row_key(tl.load(seed_ptr + row)), cols + col0)
+    tl.store(s_ptr + row * N + cols, s, mask=mask)
+    tl.store(g_ptr + row * N + cols, g, mask=mask)
+
+
+@triton.jit
 def _load_row(x_ptr, x_stride, N, col0, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
