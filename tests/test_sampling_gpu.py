@@ -37,7 +37,7 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 def test_noise_and_scores_bit_identical() -> None:
     """The Triton scores x / T - log(-log(u)) equal rng.perturbed's bits (9.7M elements
     per dtype, temperatures from 1e-3 to 7, the whole int64 seed range)."""
-    from logits_gather.sampling import kernels, rng
+    from logits_gather.sampling import fused, kernels, rng
 
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -53,9 +53,13 @@ def test_noise_and_scores_bit_identical() -> None:
         kernels.noise_kernel[(m, triton_cdiv(V, 1024))](seed, t, x, out, V, BLOCK=1024)
         te = torch.where(t > 0, t, 1.0)[:, None]
         want = rng.perturbed(x.float(), te, rng.row_keys(seed), rng.column_counters(0, V, dev))
-        diff = (_bits(out) != _bits(want)) & ~(out.isnan() & want.isnan())
-        assert int(diff.sum()) == 0, (f"{dtype}: {int(diff.sum())} of {m * V} scores differ, "
-                                      f"first at {diff.nonzero()[:4].tolist()}")
+        s, g = fused.Fused(V // 2, 2, 1).scores(x[:, V // 2:], t, seed)  # the filter path's
+        for what, got, ref in (("noise_kernel", out, want),
+                               ("scores_kernel g", g, want[:, V // 2:]),
+                               ("scores_kernel s", s, x[:, V // 2:].float().div(te))):
+            diff = (_bits(got) != _bits(ref)) & ~(got.isnan() & ref.isnan())
+            assert int(diff.sum()) == 0, (f"{dtype} {what}: {int(diff.sum())} of {got.numel()} "
+                                          f"differ, first at {diff.nonzero()[:4].tolist()}")
 
 
 def triton_cdiv(a: int, b: int) -> int:
