@@ -83,6 +83,22 @@ def _ops(sampler, lg, stock_ok: bool, world: int, shard, temp, seeds, ids):
     return table
 
 
+def _check(table, m: int) -> list[str]:
+    """The shard path must return the gathered definition's tokens (logprobs: ids equal,
+    values within 2e-5 relative): one call of each, before timing."""
+    bad = []
+    for op, fn in table["shard"].items():
+        got, want = fn(), table["gather"][op]()
+        if op.startswith("logprobs"):
+            err = (got.logprobs - want.logprobs).abs() / (1 + want.logprobs.abs())
+            ok = torch.equal(got.top_ids, want.top_ids) and bool((err <= 2e-5).all())
+        else:
+            ok = torch.equal(got, want)
+        if not ok:
+            bad.append(f"{op} M={m}")
+    return bad
+
+
 def _burst(fn, iters: int, device: torch.device) -> float:
     """Microseconds per call over a burst of ``iters`` calls."""
     cuda = device.type == "cuda"
@@ -132,6 +148,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
     lg = LogitsGather(n, cap, device=device, dtype=torch.bfloat16)
     gen = torch.Generator().manual_seed(1234 + rank)
     results = {}
+    mismatches: list[str] = []
     bar = _progress(rank, len(args.rows) * (1 + args.reps))
     for m in args.rows:
         shard = (torch.randn(m, n, generator=gen) * 3).to(torch.bfloat16).to(device)
@@ -142,6 +159,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
         for fns in table.values():  # warm up: builds exchanges, compiles kernels
             for fn in fns.values():
                 fn()
+        mismatches += _check(table, m)
         bar.update(1)
         if args.graphs and device.type == "cuda":
             table = {k: {op: _graphed(fn) for op, fn in fns.items()} for k, fns in table.items()}
@@ -154,6 +172,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
         results[m] = {f"{op}/{method}": statistics.median(v) for (op, method), v in times.items()}
     bar.close()
     everyone: list = [None] * world
+    results["mismatches"] = mismatches
     dist.all_gather_object(everyone, results)
     if rank == 0:
         _report(args, world, device, colocated, sampler.backend, lg.backend, everyone)
@@ -208,6 +227,7 @@ def _verdicts(rows: dict, graphs: bool, world: int, vocab: int) -> list[str]:
 
 def _report(args, world, device, colocated, sampler_backend, lg_backend, everyone) -> None:
     rows = {m: {k: max(r[m][k] for r in everyone) for k in everyone[0][m]} for m in args.rows}
+    bad = sorted({f"rank {i}: {b}" for i, r in enumerate(everyone) for b in r["mismatches"]})
     graphs = args.graphs and device.type == "cuda"
     where = (f"{world} ranks on {device.type}" + (" (colocated on one GPU)" if colocated else "")
              + f", V={args.vocab}, bf16, exchange={sampler_backend}, gather={lg_backend}"
@@ -225,6 +245,8 @@ def _report(args, world, device, colocated, sampler_backend, lg_backend, everyon
             ratios = "".join(f"{t[b] / t['shard']:>9.1f}x" if t[b] else f"{'n/a':>10}"
                              for b in ("gather", "stock"))
             lines.append(f"{op:<14}{m:>5}{cells}{ratios}")
+    lines.append("check shard == gathered definition: " + ("ok (every op and M)" if not bad
+                 else "MISMATCH " + "; ".join(bad)))
     if device.type == "cuda":
         lines += _verdicts(rows, graphs, world, args.vocab)
     text = "\n".join(lines)
