@@ -45,7 +45,7 @@ def placements(worlds: tuple[int, ...] = (2, 4, 8)) -> list:
         cases.append(pytest.param(w, "per-gpu", id=f"tp{w}-per-gpu", marks=pytest.mark.skipif(
             gpus < w, reason=f"needs {w} GPUs, found {gpus}")))
         cases.append(pytest.param(w, "spread", id=f"tp{w}-spread", marks=pytest.mark.skipif(
-            not 2 <= gpus < w, reason=f"needs 2..{w - 1} GPUs, found {gpus}")))
+            not 2 <= gpus < w, reason=f"spread needs 2 <= GPUs < {w} ranks, found {gpus} GPUs")))
     return cases
 
 
