@@ -32,16 +32,17 @@ class VocabParallelSampler:
     columns ``r * columns .. (r + 1) * columns - 1``.
 
     Construction is collective over ``group`` (all ranks, same arguments): it
-    builds the exchanges for :meth:`greedy`, :meth:`sample` without ``top_k``
+    builds the exchanges for :meth:`greedy`, :meth:`sample` without filters
     and :meth:`logprobs` without ``top_n``. The first call with a new ``top_k``
-    (1..64) or ``top_n`` builds one more exchange, collectively, so every rank
-    must pass the same ``M``, ``top_k`` and ``top_n``; run each variant once
-    before capturing a CUDA graph. ``backend`` is passed to
+    size, filter kind (top-p, min-p, per-row tensors) or ``top_n`` may build
+    more exchanges, collectively, so every rank must make the same calls with
+    the same ``M``, filters and ``top_n``; run each variant once before
+    capturing a CUDA graph. ``backend`` is passed to
     :class:`~logits_gather.LogitsGather`. ``check_values=False`` skips the
     value checks (one host sync per call; they are also skipped during capture).
 
-    On CUDA with Triton, greedy, sample (no filter, or an int ``top_k <= 64``) and
-    logprobs run fused (:mod:`.fused`: a Triton kernel, the exchange, a Triton
+    On CUDA with Triton, greedy, sample (no filter, an int ``top_k <= 64``, or
+    ``min_p`` alone) and logprobs run fused (:mod:`.fused`: a Triton kernel, the exchange, a Triton
     kernel); ``fused=False`` forces the torch-ops path (the one CPUs use).
     """
 
