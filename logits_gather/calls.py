@@ -50,8 +50,9 @@ _channels: dict[Any, dist.ProcessGroup] = {}
 _objects: dict[Any, int] = {}
 
 
-def _all_gather_single(output: torch.Tensor, tensor: torch.Tensor, group: Any,
-                       async_op: bool) -> Any:
+def _all_gather_single(
+    output: torch.Tensor, tensor: torch.Tensor, group: Any, async_op: bool
+) -> Any:
     fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     return fn(output, tensor, group=group, async_op=async_op)
 
@@ -78,8 +79,16 @@ class CallCheck:
     """Callable ``(shard, ok)``: returns when every rank may go on with this call, else
     raises the same ``ValueError`` (or a local :class:`PeerTimeoutError`) on every rank."""
 
-    def __init__(self, group: dist.ProcessGroup | None, *, timeout_s: float, columns: int,
-                 capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self,
+        group: dist.ProcessGroup | None,
+        *,
+        timeout_s: float,
+        columns: int,
+        capacity: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
         self._group = _channel(group)
         key = (self._group if self._group is not None else dist.group.WORLD).group_name
         self.object_id = _objects.get(key, 0)
@@ -107,7 +116,8 @@ class CallCheck:
                 f"LogitsGather call check: not every rank reached call {index} of checked "
                 f"object #{self.object_id} within timeout_s={self._timeout.total_seconds():g} "
                 "s: a peer skipped this call, is stalled or is dead; this object is unusable "
-                "now") from exc
+                "now"
+            ) from exc
         rows = self._all.view(self._world, _RECORD)
         if ok and bool((rows == self._mine).all()):
             return
@@ -132,8 +142,10 @@ class CallCheck:
         bad = [r for r in range(self._world) if rows[r, 4]]
         if bad:
             lines.append("rejected input on rank " + ", ".join(map(str, bad)))
-        error = ValueError("LogitsGather call check (check_calls=True) failed on every rank; "
-                           "no data moved:\n  " + "\n  ".join(lines))
+        error = ValueError(
+            "LogitsGather call check (check_calls=True) failed on every rank; "
+            "no data moved:\n  " + "\n  ".join(lines)
+        )
         if local is not None:
             raise error from local
         raise error

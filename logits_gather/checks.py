@@ -31,8 +31,9 @@ class PeerTimeoutError(RuntimeError):
     issued a different sequence of calls."""
 
 
-def resolve_options(timeout_s: Any, on_timeout: Any,
-                    check_calls: Any) -> tuple[float, str, bool, list[str]]:
+def resolve_options(
+    timeout_s: Any, on_timeout: Any, check_calls: Any
+) -> tuple[float, str, bool, list[str]]:
     """Fills ``None`` options from the environment (then the defaults) and validates them.
 
     Returns ``(timeout_s, on_timeout, check_calls, problems)``; on a problem the
@@ -47,8 +48,11 @@ def resolve_options(timeout_s: Any, on_timeout: Any,
                 timeout_s = float(raw)
             except ValueError:
                 problems.append(f"{TIMEOUT_ENV} must be a number of seconds, got {raw!r}")
-    if (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
-            or not 0 < timeout_s <= 2000):
+    if (
+        not isinstance(timeout_s, (int, float))
+        or isinstance(timeout_s, bool)
+        or not 0 < timeout_s <= 2000
+    ):
         problems.append(f"timeout_s must be a number of seconds in (0, 2000], got {timeout_s!r}")
         timeout_s = DEFAULT_TIMEOUT_S
     if on_timeout is None:
@@ -83,20 +87,25 @@ def resolve_device(device: Any) -> tuple[torch.device | Any, list[str]]:
         return device, [f"device must hold data (cpu or cuda), got {device!r}"]
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
-            why = ("this torch build has no CUDA support (a CPU-only build)"
-                   if torch.version.cuda is None else
-                   "torch sees no CUDA GPU (no driver, or CUDA_VISIBLE_DEVICES hides them)")
+            why = (
+                "this torch build has no CUDA support (a CPU-only build)"
+                if torch.version.cuda is None
+                else "torch sees no CUDA GPU (no driver, or CUDA_VISIBLE_DEVICES hides them)"
+            )
             return device, [f"device={device!r} asks for CUDA, but there is no CUDA here: {why}"]
         if resolved.index is None:
             resolved = torch.device("cuda", torch.cuda.current_device())
         if not resolved.index < torch.cuda.device_count():
-            return device, [f"device={device!r} names {resolved}, which does not exist "
-                            f"({torch.cuda.device_count()} CUDA devices are visible)"]
+            return device, [
+                f"device={device!r} names {resolved}, which does not exist "
+                f"({torch.cuda.device_count()} CUDA devices are visible)"
+            ]
     return resolved, []
 
 
-def construction_problems(columns: Any, capacity: Any, dtype: Any, backend: Any,
-                          graphs: Any) -> list[str]:
+def construction_problems(
+    columns: Any, capacity: Any, dtype: Any, backend: Any, graphs: Any
+) -> list[str]:
     problems = []
     if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
         problems.append(f"columns must be a positive int, got {columns!r}")
@@ -111,8 +120,13 @@ def construction_problems(columns: Any, capacity: Any, dtype: Any, backend: Any,
     return problems
 
 
-def agree(group: dist.ProcessGroup | None, record: dict[str, Any], problems: list[str],
-          extra: Any = None, what: str = "LogitsGather construction") -> list[Any]:
+def agree(
+    group: dist.ProcessGroup | None,
+    record: dict[str, Any],
+    problems: list[str],
+    extra: Any = None,
+    what: str = "LogitsGather construction",
+) -> list[Any]:
     """Exchanges ``(record, problems, extra)`` with every rank of ``group``.
 
     Raises the same ``ValueError`` on every rank if any rank reported a problem
@@ -135,8 +149,9 @@ def agree(group: dist.ProcessGroup | None, record: dict[str, Any], problems: lis
     return [g[2] for g in gathered]
 
 
-def shard_error(shard: Any, *, columns: int, capacity: int, dtype: torch.dtype,
-                device: torch.device) -> Exception:
+def shard_error(
+    shard: Any, *, columns: int, capacity: int, dtype: torch.dtype, device: torch.device
+) -> Exception:
     """The exception for a shard that failed the fast check, naming what is wrong."""
     if not isinstance(shard, torch.Tensor):
         return TypeError(f"shard must be a torch.Tensor, got {type(shard).__name__}")
@@ -144,10 +159,12 @@ def shard_error(shard: Any, *, columns: int, capacity: int, dtype: torch.dtype,
         return TypeError(f"shard.dtype must be {dtype} (as constructed), got {shard.dtype}")
     if shard.dim() != 2:
         return ValueError(
-            f"shard must be 2-D [M, {columns}], got {shard.dim()}-D shape {tuple(shard.shape)}")
+            f"shard must be 2-D [M, {columns}], got {shard.dim()}-D shape {tuple(shard.shape)}"
+        )
     if shard.device != device:
-        return ValueError(f"shard.device must be {device} (this object's device), "
-                          f"got {shard.device}")
+        return ValueError(
+            f"shard.device must be {device} (this object's device), got {shard.device}"
+        )
     if shard.shape[1] != columns:
         return ValueError(f"shard.shape[1] must equal columns={columns}, got {shard.shape[1]}")
     m = shard.shape[0]
@@ -155,6 +172,6 @@ def shard_error(shard: Any, *, columns: int, capacity: int, dtype: torch.dtype,
         return ValueError(f"shard.shape[0] (M) must be in 1..{capacity} (capacity), got {m}")
     if not shard.is_contiguous():
         return ValueError(
-            f"shard must be contiguous, got strides {shard.stride()} for shape "
-            f"{tuple(shard.shape)}")
+            f"shard must be contiguous, got strides {shard.stride()} for shape {tuple(shard.shape)}"
+        )
     return ValueError(f"shard {tuple(shard.shape)} {shard.dtype} on {shard.device} was rejected")

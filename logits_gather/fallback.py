@@ -29,17 +29,24 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 class DistributedGather:
     """``[m, N]`` shards to ``[m, W * N]`` through a torch.distributed all-gather."""
 
-    def __init__(self, *, columns: int, capacity: int, world_size: int, dtype: torch.dtype,
-                 device: torch.device, group: dist.ProcessGroup | None,
-                 timeout_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        columns: int,
+        capacity: int,
+        world_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        group: dist.ProcessGroup | None,
+        timeout_s: float,
+    ) -> None:
         self._n = columns
         self._w = world_size
         self._group = group
         self._staging = torch.empty(world_size * capacity * columns, dtype=dtype, device=device)
         self.slots = torch.empty((2, capacity, world_size * columns), dtype=dtype, device=device)
         self._calls = 0
-        self._timeout = (datetime.timedelta(seconds=timeout_s) if device.type == "cpu"
-                         else None)
+        self._timeout = datetime.timedelta(seconds=timeout_s) if device.type == "cpu" else None
 
     def __call__(self, shard: torch.Tensor) -> torch.Tensor:
         m, n, w = shard.shape[0], self._n, self._w
@@ -55,7 +62,8 @@ class DistributedGather:
                     f"LogitsGather (torch.distributed fallback) call {self._calls}: the peers did "
                     f"not join the all-gather of M={m} rows within timeout_s="
                     f"{self._timeout.total_seconds():g} s: a peer is dead, stalled, or issued a "
-                    "different sequence of calls; this object is unusable now") from exc
+                    "different sequence of calls; this object is unusable now"
+                ) from exc
         out = self.slots[self._calls & 1, :m]
         self._calls += 1
         out.view(m, w, n).copy_(staging.view(w, m, n).transpose(0, 1))

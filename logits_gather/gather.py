@@ -62,31 +62,49 @@ class LogitsGather:
     buffers and forbids capture.
     """
 
-    def __init__(self, columns: int, capacity: int, device: torch.device | str | int | None = None,
-                 group: dist.ProcessGroup | None = None, dtype: torch.dtype = torch.bfloat16,
-                 backend: str = "auto", *, timeout_s: float | None = None,
-                 graphs: bool = True, on_timeout: str | None = None,
-                 check_calls: bool | None = None) -> None:
+    def __init__(
+        self,
+        columns: int,
+        capacity: int,
+        device: torch.device | str | int | None = None,
+        group: dist.ProcessGroup | None = None,
+        dtype: torch.dtype = torch.bfloat16,
+        backend: str = "auto",
+        *,
+        timeout_s: float | None = None,
+        graphs: bool = True,
+        on_timeout: str | None = None,
+        check_calls: bool | None = None,
+    ) -> None:
         if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("LogitsGather needs torch.distributed to be initialised "
-                               "(call torch.distributed.init_process_group first)")
+            raise RuntimeError(
+                "LogitsGather needs torch.distributed to be initialised "
+                "(call torch.distributed.init_process_group first)"
+            )
         if group is not None and not isinstance(group, dist.ProcessGroup):
-            raise TypeError(f"group must be a torch.distributed ProcessGroup or None, "
-                            f"got {type(group).__name__}")
+            raise TypeError(
+                f"group must be a torch.distributed ProcessGroup or None, "
+                f"got {type(group).__name__}"
+            )
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("LogitsGather cannot be constructed during CUDA graph capture "
-                               "(construction allocates and talks to every rank); build it first")
+            raise RuntimeError(
+                "LogitsGather cannot be constructed during CUDA graph capture "
+                "(construction allocates and talks to every rank); build it first"
+            )
         self.group = group
         self.world_size: int = dist.get_world_size(group)
         self.rank: int = dist.get_rank(group)
         if self.rank < 0:
-            raise ValueError(f"this process (global rank {dist.get_rank()}) is not a member of "
-                             f"group {group!r}; only its members may build a LogitsGather on it")
+            raise ValueError(
+                f"this process (global rank {dist.get_rank()}) is not a member of "
+                f"group {group!r}; only its members may build a LogitsGather on it"
+            )
         device, problems = resolve_device(device)
         # The agreement below must run even for a bad device: use a valid one for it.
         talk_on = device if not problems else resolve_device(None)[0]
-        timeout_s, on_timeout, check_calls, more = resolve_options(timeout_s, on_timeout,
-                                                                   check_calls)
+        timeout_s, on_timeout, check_calls, more = resolve_options(
+            timeout_s, on_timeout, check_calls
+        )
         problems += more + construction_problems(columns, capacity, dtype, backend, graphs)
         local, info = None, None
         wants_kernel = not problems and backend != "torch.distributed"
@@ -94,9 +112,15 @@ class LogitsGather:
             local = symmetric.local_problem(device)
         if wants_kernel and local is None:
             info = symmetric.describe_device(device)
-        record = {"columns": columns, "capacity": capacity, "dtype": str(dtype),
-                  "backend": backend, "graphs": graphs, "on_timeout": on_timeout,
-                  "check_calls": check_calls}
+        record = {
+            "columns": columns,
+            "capacity": capacity,
+            "dtype": str(dtype),
+            "backend": backend,
+            "graphs": graphs,
+            "on_timeout": on_timeout,
+            "check_calls": check_calls,
+        }
         with self._on(talk_on):
             extras = agree(group, record, problems, extra=(local, info))
         self.columns: int = columns
@@ -112,8 +136,15 @@ class LogitsGather:
             self._calls = None
             if check_calls and self.world_size > 1:
                 from .calls import CallCheck
-                self._calls = CallCheck(group, timeout_s=timeout_s, columns=columns,
-                                        capacity=capacity, dtype=dtype, device=device)
+
+                self._calls = CallCheck(
+                    group,
+                    timeout_s=timeout_s,
+                    columns=columns,
+                    capacity=capacity,
+                    dtype=dtype,
+                    device=device,
+                )
 
     @staticmethod
     def _on(device: torch.device):
@@ -150,19 +181,28 @@ class LogitsGather:
         if self.world_size == 1:
             return ("torch.distributed" if reasons else "symm_mem"), (lambda shard: shard)
         if backend == "auto":
-            _log_once("LogitsGather: using the torch.distributed fallback because "
-                      + "; ".join(reasons))
+            _log_once(
+                "LogitsGather: using the torch.distributed fallback because " + "; ".join(reasons)
+            )
         impl, failure = None, None
         try:
             impl = DistributedGather(
-                columns=self.columns, capacity=self.capacity, world_size=self.world_size,
-                dtype=self.dtype, device=self.device, group=self.group, timeout_s=self.timeout_s)
+                columns=self.columns,
+                capacity=self.capacity,
+                world_size=self.world_size,
+                dtype=self.dtype,
+                device=self.device,
+                group=self.group,
+                timeout_s=self.timeout_s,
+            )
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory on one rank: agree first
             failure = f"{type(exc).__name__}: {exc}"
         failures = self._failures("fallback allocation", failure)
         if failures:
-            raise RuntimeError("LogitsGather could not allocate the torch.distributed "
-                               "fallback's buffers: " + "; ".join(failures))
+            raise RuntimeError(
+                "LogitsGather could not allocate the torch.distributed "
+                "fallback's buffers: " + "; ".join(failures)
+            )
         return "torch.distributed", impl
 
     def _try_symm_mem(self, infos: list[Any], graphs: bool) -> tuple[Any, str | None]:
@@ -173,15 +213,30 @@ class LogitsGather:
             from .push import EAGER_SLOTS, GRAPH_SLOTS, PushGather
 
             ctas = symmetric.max_ctas(infos)
-            buffers = symmetric.allocate(capacity=self.capacity, columns=self.columns,
-                               slots=EAGER_SLOTS + (GRAPH_SLOTS if graphs else 0),
-                               world_size=self.world_size, rank=self.rank, dtype=self.dtype,
-                               device=self.device, ctas=ctas, flag_rows=FLAG_ROWS,
-                               group=self.group)
-            impl = PushGather(buffers, columns=self.columns, capacity=self.capacity,
-                              world_size=self.world_size, rank=self.rank,
-                              device=self.device, ctas=ctas, timeout_s=self.timeout_s,
-                              graphs=graphs, on_timeout=self.on_timeout)
+            buffers = symmetric.allocate(
+                capacity=self.capacity,
+                columns=self.columns,
+                slots=EAGER_SLOTS + (GRAPH_SLOTS if graphs else 0),
+                world_size=self.world_size,
+                rank=self.rank,
+                dtype=self.dtype,
+                device=self.device,
+                ctas=ctas,
+                flag_rows=FLAG_ROWS,
+                group=self.group,
+            )
+            impl = PushGather(
+                buffers,
+                columns=self.columns,
+                capacity=self.capacity,
+                world_size=self.world_size,
+                rank=self.rank,
+                device=self.device,
+                ctas=ctas,
+                timeout_s=self.timeout_s,
+                graphs=graphs,
+                on_timeout=self.on_timeout,
+            )
             return impl, None
         except Exception as exc:  # noqa: BLE001 - reported collectively, then re-decided
             log.debug("symmetric-memory setup failed", exc_info=True)
@@ -192,9 +247,14 @@ class LogitsGather:
         if self._failed is not None:
             raise PeerTimeoutError(self._failed)
         try:
-            ok = (shard.dtype is self.dtype and shard.dim() == 2
-                  and shard.shape[1] == self.columns and 0 < shard.shape[0] <= self.capacity
-                  and shard.is_contiguous() and shard.device == self.device)
+            ok = (
+                shard.dtype is self.dtype
+                and shard.dim() == 2
+                and shard.shape[1] == self.columns
+                and 0 < shard.shape[0] <= self.capacity
+                and shard.is_contiguous()
+                and shard.device == self.device
+            )
         except AttributeError:
             ok = False
         if self._calls is not None:
@@ -204,8 +264,13 @@ class LogitsGather:
                 self._failed = str(exc)
                 raise
         elif not ok:
-            raise shard_error(shard, columns=self.columns, capacity=self.capacity,
-                              dtype=self.dtype, device=self.device)
+            raise shard_error(
+                shard,
+                columns=self.columns,
+                capacity=self.capacity,
+                dtype=self.dtype,
+                device=self.device,
+            )
         if shard.requires_grad:  # results never carry autograd history
             shard = shard.detach()
         try:
@@ -256,10 +321,12 @@ class LogitsGather:
             raise timeout
 
     def __repr__(self) -> str:
-        return (f"LogitsGather(columns={self.columns}, capacity={self.capacity}, "
-                f"dtype={self.dtype}, device={self.device}, rank={self.rank}/{self.world_size}, "
-                f"backend={self.backend!r}, on_timeout={self.on_timeout!r}, "
-                f"check_calls={self.check_calls})")
+        return (
+            f"LogitsGather(columns={self.columns}, capacity={self.capacity}, "
+            f"dtype={self.dtype}, device={self.device}, rank={self.rank}/{self.world_size}, "
+            f"backend={self.backend!r}, on_timeout={self.on_timeout!r}, "
+            f"check_calls={self.check_calls})"
+        )
 
 
 __all__ = ["LogitsGather", "PeerTimeoutError"]

@@ -110,6 +110,7 @@ LANES = tl.constexpr(8)  # the most ranks a kernel group may have (MAX_WORLD in 
 TIMEOUT_AT_EXIT = tl.constexpr(1)
 TIMEOUT_AT_ENTRY = tl.constexpr(2)
 
+
 @triton.jit
 def _now(NUM_THREADS: tl.constexpr):
     # Each thread reads its own clock; the max makes the value CTA-uniform.
@@ -138,8 +139,7 @@ def _timed_out(status, code, seen, target, TRAP: tl.constexpr):
 
 
 @triton.jit
-def _wait(flag, target, timeout_us, status, code, NUM_THREADS: tl.constexpr,
-          TRAP: tl.constexpr):
+def _wait(flag, target, timeout_us, status, code, NUM_THREADS: tl.constexpr, TRAP: tl.constexpr):
     """Waits until ``flag - target >= 0`` (signed, wrap-safe) or the timeout."""
     seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
     if (seen - target) < 0:
@@ -174,9 +174,24 @@ def _put(dst, off, x, mask, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N: tl.constexpr, RANK: tl.constexpr,
-                WORLD: tl.constexpr, ROW: tl.constexpr, BLOCK: tl.constexpr,
-                TILES_PER_ROW: tl.constexpr):
+def _store_tile(
+    x,
+    t,
+    d0,
+    d1,
+    d2,
+    d3,
+    d4,
+    d5,
+    d6,
+    d7,
+    N: tl.constexpr,
+    RANK: tl.constexpr,
+    WORLD: tl.constexpr,
+    ROW: tl.constexpr,
+    BLOCK: tl.constexpr,
+    TILES_PER_ROW: tl.constexpr,
+):
     """Stores tile ``t`` into column block ``RANK`` of every rank's slot."""
     MASKED: tl.constexpr = N % BLOCK != 0
     row = (t // TILES_PER_ROW).to(tl.int64)
@@ -204,7 +219,14 @@ def _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N: tl.constexpr, RANK: tl.
 @triton.jit(do_not_specialize=["m", "timeout_us"])
 def push_gather_kernel(
     src,
-    d0, d1, d2, d3, d4, d5, d6, d7,
+    d0,
+    d1,
+    d2,
+    d3,
+    d4,
+    d5,
+    d6,
+    d7,
     flags,
     peer_flags,
     status,
@@ -230,20 +252,33 @@ def push_gather_kernel(
     if GRAPH:
         gcalls = tl.load(flags + GCALLS * MAXC + pid)
         _signal_all(peers + READY * MAXC + pid, to_rank)
-        _wait(flags + READY * MAXC + pid, (gcalls + 1) * WORLD, timeout_us, status,
-              TIMEOUT_AT_ENTRY, NUM_THREADS, TRAP)
+        _wait(
+            flags + READY * MAXC + pid,
+            (gcalls + 1) * WORLD,
+            timeout_us,
+            status,
+            TIMEOUT_AT_ENTRY,
+            NUM_THREADS,
+            TRAP,
+        )
 
     TILES_PER_ROW: tl.constexpr = (N + BLOCK - 1) // BLOCK
     ROW: tl.constexpr = WORLD * N
     for t in range(pid, m * TILES_PER_ROW, grid):
         x = _load_tile(src, t, N, BLOCK, TILES_PER_ROW)
-        _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N, RANK, WORLD, ROW, BLOCK,
-                    TILES_PER_ROW)
+        _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N, RANK, WORLD, ROW, BLOCK, TILES_PER_ROW)
 
     tl.debug_barrier()
     _signal_all(peers + ARRIVE * MAXC + pid, to_rank)
-    _wait(flags + ARRIVE * MAXC + pid, (calls + 1) * WORLD, timeout_us, status,
-          TIMEOUT_AT_EXIT, NUM_THREADS, TRAP)
+    _wait(
+        flags + ARRIVE * MAXC + pid,
+        (calls + 1) * WORLD,
+        timeout_us,
+        status,
+        TIMEOUT_AT_EXIT,
+        NUM_THREADS,
+        TRAP,
+    )
     tl.store(flags + CALLS * MAXC + pid, calls + 1)
     if GRAPH:
         tl.store(flags + GCALLS * MAXC + pid, gcalls + 1)

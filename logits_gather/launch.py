@@ -34,17 +34,25 @@ class _Ptr:
         return self._addr
 
 
-def compile_kernel(sample_args: Sequence[int], dtype: torch.dtype, *, aligned: bool,
-                   device: torch.device, timeout_us: int, num_warps: int,
-                   constants: dict[str, int]):
+def compile_kernel(
+    sample_args: Sequence[int],
+    dtype: torch.dtype,
+    *,
+    aligned: bool,
+    device: torch.device,
+    timeout_us: int,
+    num_warps: int,
+    constants: dict[str, int],
+):
     """Compiles one variant; ``sample_args`` are the frozen pointer arguments."""
     *dsts, flags, peer_flags, status = sample_args
     ptrs = [_Ptr(a, dtype) for a in dsts]
     ptrs += [_Ptr(flags, torch.int32), _Ptr(peer_flags, torch.int64), _Ptr(status, torch.int32)]
     src = _Ptr(16 if aligned else 2, dtype)
     with torch.cuda.device(device):
-        ck = K.push_gather_kernel.warmup(src, *ptrs, 1, timeout_us, grid=(1,),
-                                         num_warps=num_warps, **constants)
+        ck = K.push_gather_kernel.warmup(
+            src, *ptrs, 1, timeout_us, grid=(1,), num_warps=num_warps, **constants
+        )
         ck._init_handles()
     if ck.run.global_scratch_size or ck.run.profile_scratch_size:
         raise RuntimeError("push_gather_kernel unexpectedly needs scratch memory")
@@ -55,8 +63,17 @@ class TritonLaunch:
     def __init__(self, ck, tails: Sequence[Sequence[int]], timeout_us: int) -> None:
         run = ck.run
         self._launch = run.launch
-        self._head = (ck.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                      ck.packed_metadata, None, None, None)
+        self._head = (
+            ck.function,
+            run.launch_cooperative_grid,
+            run.launch_pdl,
+            None,
+            None,
+            ck.packed_metadata,
+            None,
+            None,
+            None,
+        )
         self._tails = [tuple(t) for t in tails]
         n_const = sum(1 for v in ck.src.signature.values() if v == "constexpr")
         self._end = (timeout_us,) + (None,) * n_const

@@ -52,14 +52,17 @@ def default_configs(world_size: int) -> tuple[Config, ...]:
     return (Config(max(4096, 16384 // world_size), 4),)
 
 
-def make_plan(columns: int, item: int, capacity: int, ctas: int,
-              configs: Sequence[Config]) -> list[tuple[int, int]]:
+def make_plan(
+    columns: int, item: int, capacity: int, ctas: int, configs: Sequence[Config]
+) -> list[tuple[int, int]]:
     """``plan[m] = (config index, grid)``: the first configuration whose ``up_to_m``
     admits ``m``, and a grid of one CTA per tile, at most ``ctas``."""
     plan = [(0, 1)]
     for m in range(1, capacity + 1):
-        i = next((i for i, c in enumerate(configs) if c.up_to_m is None or m <= c.up_to_m),
-                 len(configs) - 1)
+        i = next(
+            (i for i, c in enumerate(configs) if c.up_to_m is None or m <= c.up_to_m),
+            len(configs) - 1,
+        )
         block = configs[i].tile_bytes // item
         plan.append((i, min(ctas, m * -(-columns // block))))
     return plan
@@ -68,9 +71,20 @@ def make_plan(columns: int, item: int, capacity: int, ctas: int,
 class PushGather:
     """Callable ``[m, N]`` shard -> ``[m, W * N]`` view, through :mod:`.kernel`."""
 
-    def __init__(self, buffers: PeerBuffers, *, columns: int, capacity: int, world_size: int,
-                 rank: int, device: torch.device, ctas: int, timeout_s: float,
-                 graphs: bool, on_timeout: str = "raise") -> None:
+    def __init__(
+        self,
+        buffers: PeerBuffers,
+        *,
+        columns: int,
+        capacity: int,
+        world_size: int,
+        rank: int,
+        device: torch.device,
+        ctas: int,
+        timeout_s: float,
+        graphs: bool,
+        on_timeout: str = "raise",
+    ) -> None:
         if world_size > MAX_WORLD:
             raise ValueError(f"world_size {world_size} exceeds the kernel's {MAX_WORLD} ranks")
         if on_timeout not in ON_TIMEOUT:
@@ -84,11 +98,14 @@ class PushGather:
         self._status = torch.zeros(4, dtype=torch.int32, pin_memory=True)
         self._status_words = (ctypes.c_int32 * 4).from_address(self._status.data_ptr())
         self._timeout_us = max(1, int(timeout_s * 1e6))
-        self._constants = dict(N=columns, RANK=rank, WORLD=world_size, MAXC=ctas,
-                               TRAP=on_timeout == "trap")
+        self._constants = dict(
+            N=columns, RANK=rank, WORLD=world_size, MAXC=ctas, TRAP=on_timeout == "trap"
+        )
         self._tails = [self._args(s) for s in range(buffers.slots.shape[0])]
-        self._views = [[buffers.slots[s, :m] for m in range(capacity + 1)]
-                       for s in range(buffers.slots.shape[0])]
+        self._views = [
+            [buffers.slots[s, :m] for m in range(capacity + 1)]
+            for s in range(buffers.slots.shape[0])
+        ]
         self._eager = 0
         self._captured = 0
         self.replan(default_configs(world_size))
@@ -101,15 +118,21 @@ class PushGather:
         compiled: dict[int, dict[tuple[bool, bool], TritonLaunch]] = {}
         for i in sorted({i for i, _ in plan[1:]}):
             cfg = configs[i]
-            constants = dict(self._constants, BLOCK=cfg.tile_bytes // item,
-                             NUM_THREADS=cfg.warps * 32)
+            constants = dict(
+                self._constants, BLOCK=cfg.tile_bytes // item, NUM_THREADS=cfg.warps * 32
+            )
             compiled[i] = {}
             for graph in (False, True) if self._graphs else (False,):
                 for aligned in (True, False):
-                    ck = compile_kernel(self._tails[0], self._buffers.slots.dtype,
-                                        aligned=aligned, device=self._device,
-                                        timeout_us=self._timeout_us, num_warps=cfg.warps,
-                                        constants=dict(constants, GRAPH=graph))
+                    ck = compile_kernel(
+                        self._tails[0],
+                        self._buffers.slots.dtype,
+                        aligned=aligned,
+                        device=self._device,
+                        timeout_us=self._timeout_us,
+                        num_warps=cfg.warps,
+                        constants=dict(constants, GRAPH=graph),
+                    )
                     compiled[i][graph, aligned] = TritonLaunch(ck, self._tails, self._timeout_us)
         self.plan = [(configs[i], grid) for i, grid in plan]
         self._plan = [(grid, compiled.get(i)) for i, grid in plan]
@@ -119,8 +142,12 @@ class PushGather:
         ones repeat rank 0's), the flag tables and the status block."""
         bases = self._buffers.slot_bases[slot]
         dsts = tuple(bases) + (bases[0],) * (MAX_WORLD - len(bases))
-        return (*dsts, self._buffers.flags.data_ptr(), self._buffers.peer_flags.data_ptr(),
-                self._status.data_ptr())
+        return (
+            *dsts,
+            self._buffers.flags.data_ptr(),
+            self._buffers.peer_flags.data_ptr(),
+            self._status.data_ptr(),
+        )
 
     def __call__(self, shard: torch.Tensor) -> torch.Tensor:
         if self._status_words[0]:
@@ -130,8 +157,10 @@ class PushGather:
         grid, launches = self._plan[m]
         if _capturing():
             if not self._graphs:
-                raise RuntimeError("this LogitsGather was built with graphs=False; build it with "
-                                   "graphs=True to call it during CUDA graph capture")
+                raise RuntimeError(
+                    "this LogitsGather was built with graphs=False; build it with "
+                    "graphs=True to call it during CUDA graph capture"
+                )
             slot = EAGER_SLOTS + (self._captured & 1)
             self._captured += 1
             launch = launches[True, not ptr & 15]
@@ -146,12 +175,17 @@ class PushGather:
         code, cta, seen, target = list(self._status_words)
         where = "entry handshake (graph mode)" if code == 2 else "exit barrier"
         if self.on_timeout == "trap":
-            after = ("the kernel trapped (on_timeout='trap'), so the CUDA context is unusable and "
-                     "no later work read incomplete data; restart the process")
+            after = (
+                "the kernel trapped (on_timeout='trap'), so the CUDA context is unusable and "
+                "no later work read incomplete data; restart the process"
+            )
         else:
-            after = ("the timed-out call returned incomplete data (on_timeout='raise'), and this "
-                     "object is unusable now")
+            after = (
+                "the timed-out call returned incomplete data (on_timeout='raise'), and this "
+                "object is unusable now"
+            )
         return PeerTimeoutError(
             f"LogitsGather timed out at the {where}: CTA {cta} saw flag {seen}, needed {target}. "
             f"A peer rank is dead, stalled, or issued a different sequence of calls; {after} "
-            "(raise timeout_s or LOGITS_GATHER_TIMEOUT_S if peers are just slow).")
+            "(raise timeout_s or LOGITS_GATHER_TIMEOUT_S if peers are just slow)."
+        )

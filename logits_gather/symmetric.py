@@ -30,9 +30,9 @@ def slot_stride(capacity: int, row: int) -> int:
 class PeerBuffers:
     """This rank's symmetric tensors and every rank's addresses of them."""
 
-    slots: torch.Tensor          # [S, capacity, W * N] local view of the output slots
-    flags: torch.Tensor          # int32 [flag_rows, max_ctas], zero at start
-    peer_flags: torch.Tensor     # int64 [W] device table: each rank's flags base address
+    slots: torch.Tensor  # [S, capacity, W * N] local view of the output slots
+    flags: torch.Tensor  # int32 [flag_rows, max_ctas], zero at start
+    peer_flags: torch.Tensor  # int64 [W] device table: each rank's flags base address
     slot_bases: tuple[tuple[int, ...], ...]  # [S][W] address of slot s on rank w
     handles: tuple[object, ...]  # keep the rendezvous handles (and mappings) alive
 
@@ -72,14 +72,16 @@ def peer_problem(me: int, infos: list[dict[str, object]]) -> str | None:
     if len(set(uuids)) < len(uuids) and os.environ.get(OVERLAP_ENV) != "1":
         return f"several ranks share one GPU; set {OVERLAP_ENV}=1 to allow it"
     mine = infos[me]
-    visible = {str(torch.cuda.get_device_properties(i).uuid): i
-               for i in range(torch.cuda.device_count())}
+    visible = {
+        str(torch.cuda.get_device_properties(i).uuid): i for i in range(torch.cuda.device_count())
+    }
     for r, info in enumerate(infos):
         other = visible.get(str(info["uuid"]))
         if info["uuid"] != mine["uuid"] and other is not None:
             if not torch.cuda.can_device_access_peer(int(mine["index"]), other):
-                return (f"cuda:{mine['index']} cannot access rank {r}'s GPU (cuda:{other}) "
-                        "peer-to-peer")
+                return (
+                    f"cuda:{mine['index']} cannot access rank {r}'s GPU (cuda:{other}) peer-to-peer"
+                )
     return None
 
 
@@ -94,9 +96,19 @@ class AllocationError(RuntimeError):
     """Symmetric memory could not be allocated on some rank; raised on every rank."""
 
 
-def allocate(*, capacity: int, columns: int, slots: int, world_size: int, rank: int,
-             dtype: torch.dtype, device: torch.device, ctas: int, flag_rows: int,
-             group: dist.ProcessGroup | None) -> PeerBuffers:
+def allocate(
+    *,
+    capacity: int,
+    columns: int,
+    slots: int,
+    world_size: int,
+    rank: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    ctas: int,
+    flag_rows: int,
+    group: dist.ProcessGroup | None,
+) -> PeerBuffers:
     """Allocates, agrees on success with every rank, and only then rendezvouses.
 
     ``symm_mem.empty`` can fail on one rank alone (out of memory, say). Its peers
@@ -127,7 +139,8 @@ def allocate(*, capacity: int, columns: int, slots: int, world_size: int, rank: 
         del data, flags
         raise AllocationError(
             f"symmetric-memory allocation ({slots} slots x {capacity} x {world_size * columns} "
-            f"{dtype} per rank) failed on " + "; ".join(failed))
+            f"{dtype} per rank) failed on " + "; ".join(failed)
+        )
     data_handle = symm_mem.rendezvous(data, group)
     flag_handle = symm_mem.rendezvous(flags, group)
     data_bases = _bases(data, data_handle, rank)

@@ -61,7 +61,7 @@ def run(world: int, n: int, m: int, seed: int) -> int:
     temp[0] = 0.7
     if m > 3:
         temp[3] = 0.0
-    seeds = torch.randint(-2**62, 2**62, (m,), generator=gen)
+    seeds = torch.randint(-(2**62), 2**62, (m,), generator=gen)
     ids = torch.randint(0, v, (m,), generator=gen)
     fails = 0
     ops = [("greedy", None), ("sample", None)] + [("sample_k", k) for k in (1, 3, 20, 64)]
@@ -89,8 +89,10 @@ def run(world: int, n: int, m: int, seed: int) -> int:
         # Pass 1 fills every rank's payload, later passes read them all (deterministic);
         # min-p has two exchanges, so three passes.
         for _ in range(3):
-            outs = [_call(f, op, arg, full[:, r * n:(r + 1) * n].contiguous(), temp, seeds,
-                          ids, e) for r, (f, e) in enumerate(zip(fs, exs, strict=True))]
+            outs = [
+                _call(f, op, arg, full[:, r * n : (r + 1) * n].contiguous(), temp, seeds, ids, e)
+                for r, (f, e) in enumerate(zip(fs, exs, strict=True))
+            ]
         for r, got in enumerate(outs):
             if op == "greedy":
                 ok = torch.equal(got, full.argmax(1))
@@ -103,8 +105,11 @@ def run(world: int, n: int, m: int, seed: int) -> int:
             else:
                 want = reference.logprobs(full, ids, arg or 0)
                 lp, tid, tlp = got
-                ok = bool(((lp - want.logprobs).abs() <= 2e-5 * (1 + want.logprobs.abs()))
-                          [~want.logprobs.isnan()].all()) and torch.equal(tid, want.top_ids)
+                ok = bool(
+                    ((lp - want.logprobs).abs() <= 2e-5 * (1 + want.logprobs.abs()))[
+                        ~want.logprobs.isnan()
+                    ].all()
+                ) and torch.equal(tid, want.top_ids)
                 if not ok:
                     print(lp, want.logprobs, tid, want.top_ids)
             print(f"world={world} n={n} m={m} {op} {arg} rank {r}: {'ok' if ok else 'FAIL'}")

@@ -69,8 +69,10 @@ def main() -> None:
     device = torch.device("cpu" if interp else "cuda")
     f = fused.Fused(args.columns, args.world, 0)
     k = f.k
-    print(f"columns={args.columns} world={args.world} block={f.block} splits={f.splits} "
-          f"(us per launch, graph replay)")
+    print(
+        f"columns={args.columns} world={args.world} block={f.block} splits={f.splits} "
+        f"(us per launch, graph replay)"
+    )
     print(f"{'kernel':<28}" + "".join(f"{'M=' + m:>10}" for m in args.rows.split(",")))
     rows = [int(m) for m in args.rows.split(",")]
     table: dict[str, list[float]] = {}
@@ -81,8 +83,12 @@ def main() -> None:
         ids = torch.randint(0, args.columns * args.world, (m,), device=device)
         c = args.world * f.splits
         cand = max(2, fused._pow2(c))
-        for name, op, room in (("greedy", "greedy", 0), ("sample", "sample", 0),
-                               ("sample_k50", "sample_k", 64), ("logprobs_n5", "logprobs", 8)):
+        for name, op, room in (
+            ("greedy", "greedy", 0),
+            ("sample", "sample", 0),
+            ("sample_k50", "sample_k", 64),
+            ("logprobs_n5", "logprobs", 8),
+        ):
             ex = _Split(f.width(op, room), m, args.world, device)
             xs = (x, x.stride(0))
             tail = (ex.payload, ex.width // 2, f.columns, f.col0)
@@ -93,31 +99,65 @@ def main() -> None:
             else:
                 local = (k.logprobs_local, xs + (ids,) + tail, {"BLOCK": f.block, "NP": room})
             fn, a, const = local
-            table.setdefault(f"{name} local", []).append(_time(
-                lambda fn=fn, a=a, const=const, m=m: f.launch(fn, (m, f.splits), a, const,
-                                                              f.warps), device))
+            table.setdefault(f"{name} local", []).append(
+                _time(
+                    lambda fn=fn, a=a, const=const, m=m: f.launch(
+                        fn, (m, f.splits), a, const, f.warps
+                    ),
+                    device,
+                )
+            )
             g = ex.send(m)
             out = torch.empty(m, dtype=torch.int64, device=device)
             rw = args.world * ex.width // 2
             if name == "greedy":
                 final = (k.greedy_final, (g, out, rw, c), {"CAND": cand}, 1)
             elif name == "sample":
-                final = (k.sample_final, (g, t, out, rw, c, 0),
-                         {"CAND": cand, "KP": 0, "KCAND": 1}, 1)
+                final = (
+                    k.sample_final,
+                    (g, t, out, rw, c, 0),
+                    {"CAND": cand, "KP": 0, "KCAND": 1},
+                    1,
+                )
             elif name == "sample_k50":
-                final = (k.sample_final, (g, t, out, rw, c, 50),
-                         {"CAND": cand, "KP": room, "KCAND": fused._pow2(c * room)}, 8)
+                final = (
+                    k.sample_final,
+                    (g, t, out, rw, c, 50),
+                    {"CAND": cand, "KP": room, "KCAND": fused._pow2(c * room)},
+                    8,
+                )
             else:
                 lp = torch.empty(m, device=device)
                 tid = torch.empty(m, 5, dtype=torch.int64, device=device)
                 tlp = torch.empty(m, 5, device=device)
-                final = (k.logprobs_final, (g, ids, lp, tid, tlp, rw, ex.width // 2, f.splits,
-                                            c, f.columns, args.world, 5),
-                         {"CAND": cand, "NP": room, "NCAND": fused._pow2(c * room)}, 4)
+                final = (
+                    k.logprobs_final,
+                    (
+                        g,
+                        ids,
+                        lp,
+                        tid,
+                        tlp,
+                        rw,
+                        ex.width // 2,
+                        f.splits,
+                        c,
+                        f.columns,
+                        args.world,
+                        5,
+                    ),
+                    {"CAND": cand, "NP": room, "NCAND": fused._pow2(c * room)},
+                    4,
+                )
             fn, a, const, warps = final
-            table.setdefault(f"{name} final", []).append(_time(
-                lambda fn=fn, a=a, const=const, m=m, warps=warps: f.launch(fn, (m, 1), a, const,
-                                                                           warps), device))
+            table.setdefault(f"{name} final", []).append(
+                _time(
+                    lambda fn=fn, a=a, const=const, m=m, warps=warps: f.launch(
+                        fn, (m, 1), a, const, warps
+                    ),
+                    device,
+                )
+            )
     for name, values in table.items():
         print(f"{name:<28}" + "".join(f"{v:>10.1f}" for v in values))
 

@@ -10,6 +10,7 @@ to a JSON file.
     python scripts/sweep.py --world 2 --placement per-gpu --out DIR
     python scripts/sweep.py --world 8 --placement spread --rows 1 --configs 8192x4 --out DIR
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,6 +66,7 @@ def _graph_us(g, xs, calls, replays, start, end, cycles_per_us):
 
 def _rank(rank, world, a):
     from logits_gather import LogitsGather
+
     try:
         from logits_gather.push import Config
     except ImportError:  # an older kernel
@@ -73,19 +75,24 @@ def _rank(rank, world, a):
     device = rank_device(rank, a.placement)
     columns = a.vocab // world
     cap = max(a.rows)
-    kwargs = {"on_timeout": a.on_timeout} \
-        if "on_timeout" in LogitsGather.__init__.__code__.co_varnames else {}
-    g = LogitsGather(columns=columns, capacity=cap, device=device, dtype=torch.bfloat16,
-                     timeout_s=20.0, **kwargs)
+    kwargs = (
+        {"on_timeout": a.on_timeout}
+        if "on_timeout" in LogitsGather.__init__.__code__.co_varnames
+        else {}
+    )
+    g = LogitsGather(
+        columns=columns, capacity=cap, device=device, dtype=torch.bfloat16, timeout_s=20.0, **kwargs
+    )
     assert g.backend == "symm_mem", g.backend
     gen = torch.Generator(device=device)
     fulls, xs = [], []
     for s in range(4):
         gen.manual_seed(1000 + s)
-        raw = torch.randint(-2**15, 2**15, (cap, world * columns), dtype=torch.int16,
-                            device=device, generator=gen)
+        raw = torch.randint(
+            -(2**15), 2**15, (cap, world * columns), dtype=torch.int16, device=device, generator=gen
+        )
         fulls.append(raw.view(torch.bfloat16))
-        xs.append(fulls[-1][:, rank * columns:(rank + 1) * columns].contiguous())
+        xs.append(fulls[-1][:, rank * columns : (rank + 1) * columns].contiguous())
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(1000)
     torch.cuda.synchronize()
@@ -94,6 +101,7 @@ def _rank(rank, world, a):
     end.record()
     end.synchronize()
     cycles_per_us = 2_000_000 / (start.elapsed_time(end) * 1e3)
+
     def parse(c: str):  # "8192x4": tile bytes x warps
         tile, warps = c.split("x")
         return Config(int(tile), int(warps))
@@ -113,19 +121,24 @@ def _rank(rank, world, a):
             wrong = 0
             for k in range(3):
                 out = g(sub[k])
-                wrong += int(not torch.equal(out.view(torch.int16),
-                                             fulls[k][:m].view(torch.int16)))
+                wrong += int(not torch.equal(out.view(torch.int16), fulls[k][:m].view(torch.int16)))
             torch.cuda.synchronize()
             n = max(5, min(200, int(20_000 / (5 + m))))
             times = [_burst(g, sub, n, start, end, cycles_per_us) for _ in range(5)]
-            rec = {"tile_bytes": cfg and cfg.tile_bytes, "warps": cfg and cfg.warps, "m": m,
-                   "grid": g._impl.plan[m][1] if cfg else g._impl._grid[m],
-                   "us": statistics.median(times),
-                   "wrong": wrong, "compile_s": compile_s}
+            rec = {
+                "tile_bytes": cfg and cfg.tile_bytes,
+                "warps": cfg and cfg.warps,
+                "m": m,
+                "grid": g._impl.plan[m][1] if cfg else g._impl._grid[m],
+                "us": statistics.median(times),
+                "wrong": wrong,
+                "compile_s": compile_s,
+            }
             if m in a.graph_rows:
                 rec["graph_us"], outs = _graph_us(g, sub, 20, 10, start, end, cycles_per_us)
-                rec["wrong"] += int(not torch.equal(outs[-1].view(torch.int16),
-                                                    fulls[19 % 4][:m].view(torch.int16)))
+                rec["wrong"] += int(
+                    not torch.equal(outs[-1].view(torch.int16), fulls[19 % 4][:m].view(torch.int16))
+                )
             results.append(rec)
     g.check()
     everyone = [None] * world
@@ -154,8 +167,11 @@ def main() -> None:
     a = p.parse_args()
     a.rows = [int(r) for r in a.rows.split(",")]
     a.graph_rows = [int(r) for r in a.graph_rows.split(",") if r]
-    for k, v in {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NCCL_NVLS_ENABLE": "0",
-                 "NVSHMEM_DISABLE_NVLS": "1"}.items():
+    for k, v in {
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NCCL_NVLS_ENABLE": "0",
+        "NVSHMEM_DISABLE_NVLS": "1",
+    }.items():
         os.environ[k] = v
     res = run_ranks(_rank, a.world, a, env=placement_env(a.placement), timeout=580)[0]
     os.makedirs(a.out, exist_ok=True)

@@ -8,8 +8,9 @@ import torch
 _BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
 
 
-def random_bits(seed: int, shape: tuple[int, ...], dtype: torch.dtype,
-                device: torch.device | str = "cpu") -> torch.Tensor:
+def random_bits(
+    seed: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """Every bit pattern of ``dtype`` is equally likely; a gather is a copy and
     must preserve all of them."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -20,8 +21,11 @@ def random_bits(seed: int, shape: tuple[int, ...], dtype: torch.dtype,
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
-        a.contiguous().view(_BITS[a.dtype]), b.contiguous().view(_BITS[b.dtype]))
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and torch.equal(a.contiguous().view(_BITS[a.dtype]), b.contiguous().view(_BITS[b.dtype]))
+    )
 
 
 def mismatch(a: torch.Tensor, b: torch.Tensor) -> str:

@@ -21,8 +21,9 @@ def _has_triton() -> bool:
     return True
 
 
-needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and _has_triton()),
-                               reason="needs a CUDA GPU and Triton")
+needs_gpu = pytest.mark.skipif(
+    not (torch.cuda.is_available() and _has_triton()), reason="needs a CUDA GPU and Triton"
+)
 
 COLOCATE_ENV = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"}
 PLACEMENTS = ("one-gpu", "per-gpu", "spread")
@@ -42,10 +43,25 @@ def placements(worlds: tuple[int, ...] = (2, 4, 8)) -> list:
     cases = []
     for w in worlds:
         cases.append(pytest.param(w, "one-gpu", id=f"tp{w}-one-gpu"))
-        cases.append(pytest.param(w, "per-gpu", id=f"tp{w}-per-gpu", marks=pytest.mark.skipif(
-            gpus < w, reason=f"needs {w} GPUs, found {gpus}")))
-        cases.append(pytest.param(w, "spread", id=f"tp{w}-spread", marks=pytest.mark.skipif(
-            not 2 <= gpus < w, reason=f"spread needs 2 <= GPUs < {w} ranks, found {gpus} GPUs")))
+        cases.append(
+            pytest.param(
+                w,
+                "per-gpu",
+                id=f"tp{w}-per-gpu",
+                marks=pytest.mark.skipif(gpus < w, reason=f"needs {w} GPUs, found {gpus}"),
+            )
+        )
+        cases.append(
+            pytest.param(
+                w,
+                "spread",
+                id=f"tp{w}-spread",
+                marks=pytest.mark.skipif(
+                    not 2 <= gpus < w,
+                    reason=f"spread needs 2 <= GPUs < {w} ranks, found {gpus} GPUs",
+                ),
+            )
+        )
     return cases
 
 
@@ -63,12 +79,14 @@ def rank_device(rank: int, placement: str | bool) -> torch.device:
     return device
 
 
-def random_full(gen: torch.Generator, m: int, width: int, dtype: torch.dtype,
-                device: torch.device) -> torch.Tensor:
+def random_full(
+    gen: torch.Generator, m: int, width: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     bits = _BITS[dtype]
     info = torch.iinfo(bits)
-    raw = torch.randint(info.min, info.max + 1, (m, width), dtype=bits, device=device,
-                        generator=gen)
+    raw = torch.randint(
+        info.min, info.max + 1, (m, width), dtype=bits, device=device, generator=gen
+    )
     return raw.view(dtype)
 
 

@@ -14,25 +14,43 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--tp", "2", "--rows", "1,3", "--vocab", "1024", "--dtype", "fp32", "--quick"]
 
 
-def _run(args: list[str], cwd: Path, *, module: list[str] | None = None,
-         timeout: float = 100) -> subprocess.CompletedProcess:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", GLOO_SOCKET_IFNAME="lo",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+def _run(
+    args: list[str], cwd: Path, *, module: list[str] | None = None, timeout: float = 100
+) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES="",
+        GLOO_SOCKET_IFNAME="lo",
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
     cmd = [sys.executable, *(module or ["-m", "logits_gather.bench"]), *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _check_outputs(proc: subprocess.CompletedProcess, out: Path) -> None:
     text = proc.stdout
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "mode: CPU, 2 gloo ranks" in text and "say nothing about GPUs or NVLink" in text
-    header = [c.strip() for c in next(line for line in text.splitlines()
-                                      if line.startswith("M |")).split("|")]
-    assert header == ["M", "stock", "nccl_symm", "ce_pull", "ours", "limit", "ours GB/s",
-                      "vs stock", "% of limit"]
-    table_rows = [line.split("|")[0].strip() for line in text.splitlines()
-                  if line.split("|")[0].strip().isdigit()]
+    header = [
+        c.strip()
+        for c in next(line for line in text.splitlines() if line.startswith("M |")).split("|")
+    ]
+    assert header == [
+        "M",
+        "stock",
+        "nccl_symm",
+        "ce_pull",
+        "ours",
+        "limit",
+        "ours GB/s",
+        "vs stock",
+        "% of limit",
+    ]
+    table_rows = [
+        line.split("|")[0].strip()
+        for line in text.splitlines()
+        if line.split("|")[0].strip().isdigit()
+    ]
     assert table_rows == ["1", "3"]
     assert "WRONG" not in text
 
@@ -40,8 +58,7 @@ def _check_outputs(proc: subprocess.CompletedProcess, out: Path) -> None:
     table = (out / "bench_tp2_cpu_fp32_V1024.txt").read_text()
     assert "M |" in table and "mode: CPU, 2 gloo ranks" in table and "targets" in table
     machine = doc["machine"]
-    for key in ("hostname", "torch", "triton", "tp", "colocated", "mode", "gpu_count",
-                "gpu_name"):
+    for key in ("hostname", "torch", "triton", "tp", "colocated", "mode", "gpu_count", "gpu_name"):
         assert key in machine, key
     assert (machine["tp"], machine["mode"], machine["colocated"]) == (2, "cpu", False)
     assert machine["env"]["NCCL_NVLS_ENABLE"] == "0"
@@ -65,8 +82,11 @@ def _check_outputs(proc: subprocess.CompletedProcess, out: Path) -> None:
         assert row["ours_gbps"] > 0 and row["speedup_vs_stock"] > 0
     assert res["targets"]["host"]["ours_host_us"] is None  # host cost needs CUDA
     assert "not applicable: CPU run" in text
-    pct_column = [line.split("|")[-1].strip() for line in text.splitlines()
-                  if line.split("|")[0].strip().isdigit()]
+    pct_column = [
+        line.split("|")[-1].strip()
+        for line in text.splitlines()
+        if line.split("|")[0].strip().isdigit()
+    ]
     assert pct_column == ["n/a", "n/a"]
 
     png = out / "bench_tp2_cpu_fp32_V1024.png"
@@ -83,12 +103,24 @@ def test_spawned_cpu_run(tmp_path: Path) -> None:
 
 def test_under_torchrun(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = _run([*TINY, "--out", str(out)], tmp_path,
-                module=["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        "-m", "logits_gather.bench"])
+    proc = _run(
+        [*TINY, "--out", str(out)],
+        tmp_path,
+        module=[
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "logits_gather.bench",
+        ],
+    )
     _check_outputs(proc, out)
-    assert json.loads((out / "bench_tp2_cpu_fp32_V1024.json").read_text())["machine"][
-        "launcher"] == "torchrun"
+    assert (
+        json.loads((out / "bench_tp2_cpu_fp32_V1024.json").read_text())["machine"]["launcher"]
+        == "torchrun"
+    )
 
 
 def test_vocab_not_divisible(tmp_path: Path) -> None:
@@ -107,13 +139,16 @@ def test_usage_errors_exit_2_before_any_rank_starts(tmp_path: Path, capsys) -> N
     cases = {
         "times nothing": (["--methods", "limit"], "--methods limit times nothing"),
         "unwritable --out": (["--out", str(blocker / "out")], "is not writable"),
-        "too much memory": (["--rows", "1,50000000", "--vocab", "1024", "--dtype", "fp32"],
-                            "GiB is free"),
+        "too much memory": (
+            ["--rows", "1,50000000", "--vocab", "1024", "--dtype", "fp32"],
+            "GiB is free",
+        ),
         "no GPU to spread over": (["--ranks-per-gpu", "2"], "--ranks-per-gpu 2 needs GPUs"),
     }
     for name, (args, message) in cases.items():
-        assert main([*args, "--out", str(tmp_path / "ok")] if "--out" not in args
-                    else args) == 2, name
+        assert main([*args, "--out", str(tmp_path / "ok")] if "--out" not in args else args) == 2, (
+            name
+        )
         err = capsys.readouterr().err
         assert message in err, (name, err)
     assert not (tmp_path / "ok").exists() or not any((tmp_path / "ok").iterdir())
@@ -123,14 +158,30 @@ def test_several_vocabs_in_one_run(tmp_path: Path) -> None:
     """Two vocabularies in one run (the world-size-1 probe once crashed on the second),
     and the opt-in ours_checked method with its cost line; the file name carries both V."""
     out = tmp_path / "out"
-    proc = _run(["--tp", "2", "--rows", "2", "--dtype", "fp32", "--quick", "--methods",
-                 "ours,ours_checked", "--out", str(out), "--vocab", "1024,512"], tmp_path)
+    proc = _run(
+        [
+            "--tp",
+            "2",
+            "--rows",
+            "2",
+            "--dtype",
+            "fp32",
+            "--quick",
+            "--methods",
+            "ours,ours_checked",
+            "--out",
+            str(out),
+            "--vocab",
+            "1024,512",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "check_calls cost (ours_checked - ours, µs per call): M=2:" in proc.stdout
     names = sorted(p.name for p in out.iterdir())
-    assert names == [f"bench_tp2_cpu_fp32_V1024-512.{ext}" for ext in ("json", "png", "txt")
-                     ] or names == [f"bench_tp2_cpu_fp32_V1024-512.{ext}" for ext in (
-                         "json", "txt")]
+    assert names == [
+        f"bench_tp2_cpu_fp32_V1024-512.{ext}" for ext in ("json", "png", "txt")
+    ] or names == [f"bench_tp2_cpu_fp32_V1024-512.{ext}" for ext in ("json", "txt")]
     doc = json.loads((out / "bench_tp2_cpu_fp32_V1024-512.json").read_text())
     assert [r["vocab"] for r in doc["results"]] == [1024, 512]
     status = doc["results"][0]["methods"]
@@ -149,9 +200,26 @@ def test_failing_rank_surfaces(tmp_path: Path) -> None:
 def test_sampling_benchmark_runs_on_cpu(tmp_path: Path) -> None:
     """``python -m logits_gather.bench.sampling`` end to end on 2 gloo ranks."""
     out = tmp_path / "sampling.json"
-    proc = _run(["--world-size", "2", "--device", "cpu", "--rows", "1,3", "--vocab", "1024",
-                 "--iters", "2", "--reps", "1", "--json", str(out)], tmp_path,
-                module=["-m", "logits_gather.bench.sampling"])
+    proc = _run(
+        [
+            "--world-size",
+            "2",
+            "--device",
+            "cpu",
+            "--rows",
+            "1,3",
+            "--vocab",
+            "1024",
+            "--iters",
+            "2",
+            "--reps",
+            "1",
+            "--json",
+            str(out),
+        ],
+        tmp_path,
+        module=["-m", "logits_gather.bench.sampling"],
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ops = {line.split()[0] for line in proc.stdout.splitlines() if line[:1].isalpha()}
     assert {"greedy", "sample", "sample_k50", "logprobs"} <= ops, proc.stdout

@@ -31,10 +31,23 @@ def _ctx(rank: int, world: int, placement: str):
     device = rank_device(rank, placement)
     mode = {"per-gpu": "nccl", "spread": "spread", "one-gpu": "colocated"}[placement]
     used = world if mode == "nccl" else (GPUS if mode == "spread" else 1)
-    plan = Plan(mode=mode, tp=world, gpus=GPUS, torchrun=False, gpus_used=used,
-                ranks_per_gpu=-(-world // used))
-    return Ctx(cfg=parse(["--quick"]), plan=plan, rank=rank, world=world, device=device,
-               ctrl=dist.group.WORLD, beat=lambda _: None)
+    plan = Plan(
+        mode=mode,
+        tp=world,
+        gpus=GPUS,
+        torchrun=False,
+        gpus_used=used,
+        ranks_per_gpu=-(-world // used),
+    )
+    return Ctx(
+        cfg=parse(["--quick"]),
+        plan=plan,
+        rank=rank,
+        world=world,
+        device=device,
+        ctrl=dist.group.WORLD,
+        beat=lambda _: None,
+    )
 
 
 def _probes(rank: int, world: int, placement: str) -> dict:
@@ -84,8 +97,10 @@ def _dead_peer(rank: int, world: int, placement: str) -> float:
     return elapsed
 
 
-@pytest.mark.parametrize("placement", ["one-gpu", pytest.param("per-gpu", marks=pytest.mark.skipif(
-    GPUS < 2, reason="needs 2 GPUs"))])
+@pytest.mark.parametrize(
+    "placement",
+    ["one-gpu", pytest.param("per-gpu", marks=pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs"))],
+)
 def test_barrier_probe_dead_peer_times_out(placement: str) -> None:
     elapsed = run_ranks(_dead_peer, 2, placement, env=placement_env(placement))[0]
     limit_s = barrier_probe_timeout_s()
@@ -100,11 +115,27 @@ def barrier_probe_timeout_s() -> float:
 
 def _bench(args: list[str], tmp_path: Path) -> tuple[str, dict]:
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get(
-        "PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "logits_gather.bench", *args, "--quick",
-                           "--out", str(out), "--stall-timeout", "120"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=400)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "logits_gather.bench",
+            *args,
+            "--quick",
+            "--out",
+            str(out),
+            "--stall-timeout",
+            "120",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (path,) = out.glob("bench_*.json")
     assert path.with_suffix(".txt").exists()
@@ -128,8 +159,9 @@ def test_bench_one_process_per_gpu(tmp_path: Path) -> None:
 @pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
 def test_bench_spread_is_latency_only(tmp_path: Path) -> None:
     per = 4 // GPUS if GPUS in (2, 4) else pytest.skip("needs 2 or 4 GPUs")
-    text, doc = _bench(["--tp", "4", "--ranks-per-gpu", str(per), "--rows", "1,8",
-                        "--vocab", "151552"], tmp_path)
+    text, doc = _bench(
+        ["--tp", "4", "--ranks-per-gpu", str(per), "--rows", "1,8", "--vocab", "151552"], tmp_path
+    )
     (res,) = doc["results"]
     assert doc["latency_only"] and "latency-only" in doc["machine"]["placement"]
     assert "LATENCY ONLY" in text

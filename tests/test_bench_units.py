@@ -36,19 +36,25 @@ def test_placement() -> None:
     assert {p.device(r).index for r in range(4)} == {0}
     assert _plan([], gpus=1).mode == "colocated" and _plan([], gpus=0).mode == "cpu"
     assert plan.OVERLAP_ENV not in plan.rank_env(_plan(["--tp", "2"], gpus=2))
-    p = _plan(["--tp", "4", "--ranks-per-gpu", "2"], gpus=2,
-              env={"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"})
+    p = _plan(
+        ["--tp", "4", "--ranks-per-gpu", "2"],
+        gpus=2,
+        env={"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"},
+    )
     assert (p.torchrun, p.mode, p.gpus_used) == (True, "spread", 2)
 
 
-@pytest.mark.parametrize("args, gpus, message", [
-    (["--tp", "4"], 2, "--ranks-per-gpu 2"),
-    (["--tp", "6", "--ranks-per-gpu", "4"], 2, "does not divide"),
-    (["--tp", "8", "--ranks-per-gpu", "2"], 2, "need 4 GPUs, 2 are visible"),
-    (["--tp", "4", "--ranks-per-gpu", "2", "--colocate"], 2, "exclude each other"),
-    (["--ranks-per-gpu", "2"], 0, "needs GPUs"),
-    (["--ranks-per-gpu", "0"], 2, "must be positive"),
-])
+@pytest.mark.parametrize(
+    "args, gpus, message",
+    [
+        (["--tp", "4"], 2, "--ranks-per-gpu 2"),
+        (["--tp", "6", "--ranks-per-gpu", "4"], 2, "does not divide"),
+        (["--tp", "8", "--ranks-per-gpu", "2"], 2, "need 4 GPUs, 2 are visible"),
+        (["--tp", "4", "--ranks-per-gpu", "2", "--colocate"], 2, "exclude each other"),
+        (["--ranks-per-gpu", "2"], 0, "needs GPUs"),
+        (["--ranks-per-gpu", "0"], 2, "must be positive"),
+    ],
+)
 def test_placement_errors(args: list[str], gpus: int, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         _plan(args, gpus)
@@ -56,15 +62,21 @@ def test_placement_errors(args: list[str], gpus: int, message: str) -> None:
 
 def test_file_names_carry_vocab_and_placement() -> None:
     """Runs that differ in V, dtype or placement never overwrite each other."""
+
     def stem(args: list[str], gpus: int) -> str:
         cfg, p = parse(args), _plan(args, gpus)
         ctx = SimpleNamespace(cfg=cfg, world=p.tp)
         return Path(report.stem(ctx, {"placement": p.tag})).name
 
-    names = {stem(["--tp", "2"], 2), stem(["--tp", "2", "--vocab", "151552,129280"], 2),
-             stem(["--tp", "2", "--vocab", "129280"], 2), stem(["--tp", "2", "--dtype", "fp16"], 2),
-             stem(["--tp", "4", "--ranks-per-gpu", "2"], 2), stem(["--tp", "2"], 0),
-             stem(["--tp", "2", "--colocate"], 2)}
+    names = {
+        stem(["--tp", "2"], 2),
+        stem(["--tp", "2", "--vocab", "151552,129280"], 2),
+        stem(["--tp", "2", "--vocab", "129280"], 2),
+        stem(["--tp", "2", "--dtype", "fp16"], 2),
+        stem(["--tp", "4", "--ranks-per-gpu", "2"], 2),
+        stem(["--tp", "2"], 0),
+        stem(["--tp", "2", "--colocate"], 2),
+    }
     assert len(names) == 7
     assert "bench_tp2_2gpu_bf16_V151552-129280" in names
     assert "bench_tp4_2gpu-2pergpu-latency-only_bf16_V151552" in names
@@ -85,14 +97,17 @@ def _rows(ours: list[float], stock: list[float] | None = None) -> list[dict]:
         if stock:
             dev["stock"] = {"median": stock[len(rows)]}
             dev["nccl_symm"] = {"median": stock[len(rows)] * 0.9}
-        rows.append({"m": m, "egress_bytes": m * 300_000, "device_us": dev,
-                     "graph_us": {}, "host_us": {}})
+        rows.append(
+            {"m": m, "egress_bytes": m * 300_000, "device_us": dev, "graph_us": {}, "host_us": {}}
+        )
     return rows
 
 
 def _found(floor: float = 2.0, gbps: float = 300.0) -> dict:
-    return {"barrier": {"status": "ok", "us": floor, "source": "probe"},
-            "push": {"status": "ok", "gbps": gbps, "candidates_gbps": {"copy_": gbps}}}
+    return {
+        "barrier": {"status": "ok", "us": floor, "source": "probe"},
+        "push": {"status": "ok", "gbps": gbps, "candidates_gbps": {"copy_": gbps}},
+    }
 
 
 def test_limit_is_clipped_and_the_raw_value_kept() -> None:
@@ -104,15 +119,26 @@ def test_limit_is_clipped_and_the_raw_value_kept() -> None:
     assert first["pct_of_limit"] == 100.0 and first["pct_clipped"]
     assert first["pct_of_limit_raw"] > 100.0
     assert 0 < second["pct_of_limit"] <= 100.0
-    res = {"vocab": 1024, "dtype": "bf16", "columns_per_rank": 512, "rows": rows,
-           "limit": lim, "methods": {"ours": {"status": "ok"}}}
+    res = {
+        "vocab": 1024,
+        "dtype": "bf16",
+        "columns_per_rank": 512,
+        "rows": rows,
+        "limit": lim,
+        "methods": {"ours": {"status": "ok"}},
+    }
     table = "\n".join(report.device_table(res))
     assert "100%*" in table and report.CLIP_NOTE in table
 
 
-@pytest.mark.parametrize("args, gpus, word", [
-    (["--tp", "2"], 0, "CPU"), (["--tp", "4", "--ranks-per-gpu", "2"], 2, "LATENCY ONLY"),
-    (["--tp", "2", "--methods", "ours"], 2, "excludes limit")])
+@pytest.mark.parametrize(
+    "args, gpus, word",
+    [
+        (["--tp", "2"], 0, "CPU"),
+        (["--tp", "4", "--ranks-per-gpu", "2"], 2, "LATENCY ONLY"),
+        (["--tp", "2", "--methods", "ours"], 2, "excludes limit"),
+    ],
+)
 def test_limit_is_na_where_it_means_nothing(args: list[str], gpus: int, word: str) -> None:
     rows = _rows([2.5, 40.0])
     lim = limit.derive(rows, _found(), _plan(args, gpus), parse(args))
@@ -122,13 +148,15 @@ def test_limit_is_na_where_it_means_nothing(args: list[str], gpus: int, word: st
 
 def test_targets_met_missed_and_not_measured() -> None:
     rows = _rows([5.0, 30.0], stock=[10.0, 100.0])
-    rows[0]["graph_us"] = {"ours": {"status": "ok", "median": 5.0},
-                           "stock": {"status": "ok", "median": 6.0}}
+    rows[0]["graph_us"] = {
+        "ours": {"status": "ok", "median": 5.0},
+        "stock": {"status": "ok", "median": 6.0},
+    }
     lim = limit.derive(rows, _found(floor=4.6, gbps=1000.0), _plan(["--tp", "2"], 2), parse([]))
     res = {"rows": rows, "limit": lim}
     got = {c["target"]: c["status"] for c in targets.issue10(res)}
-    assert got["ours/stock at M=1 <= 0.60 (device time)"] == "met"          # 0.50
-    assert got["ours/stock at M=64 <= 0.38 (device time)"] == "met"         # 0.30
+    assert got["ours/stock at M=1 <= 0.60 (device time)"] == "met"  # 0.50
+    assert got["ours/stock at M=64 <= 0.38 (device time)"] == "met"  # 0.30
     assert got["ours/stock at M=1 under graph replay <= 0.55"] == "MISSED"  # 0.83
     assert got["faster than nccl_symm at every M"] == "met"
     assert set(got.values()) <= {"met", "MISSED"}
@@ -144,12 +172,17 @@ def test_world_size_one_probe_keys_buffers_by_shape(monkeypatch: pytest.MonkeyPa
     from logits_gather.bench import probes
 
     calls = []
-    monkeypatch.setattr(probes, "ALL_GATHER", lambda out, x, group: calls.append(
-        (tuple(out.shape), tuple(x.shape))) or out.copy_(x))
+    monkeypatch.setattr(
+        probes,
+        "ALL_GATHER",
+        lambda out, x, group: calls.append((tuple(out.shape), tuple(x.shape))) or out.copy_(x),
+    )
     ws1 = probes.WorldSizeOne.__new__(probes.WorldSizeOne)
     ws1.sub, ws1._out = None, {}
-    clock = SimpleNamespace(wall=lambda fn, xs: [fn(x) for x in xs] and 0.0,
-                            host=lambda fn, xs, guess: [fn(x) for x in xs] and 1.0)
+    clock = SimpleNamespace(
+        wall=lambda fn, xs: [fn(x) for x in xs] and 0.0,
+        host=lambda fn, xs, guess: [fn(x) for x in xs] and 1.0,
+    )
     for columns in (512, 256):
         for dtype in (torch.float32, torch.bfloat16):
             xs = [torch.randn(4, columns).to(dtype) for _ in range(2)]
@@ -159,12 +192,12 @@ def test_world_size_one_probe_keys_buffers_by_shape(monkeypatch: pytest.MonkeyPa
 
 def test_imports_are_one_way() -> None:
     """worker and plan never import the launcher; the probes never import our kernel."""
+
     def imports(name: str) -> set[str]:
         tree = ast.parse((BENCH / name).read_text())
-        return {node.module or "" for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom)} | {
-            a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-            for a in node.names}
+        return {
+            node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        } | {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
 
     for name in ("worker.py", "plan.py", "preflight.py", "cli.py"):
         assert "launch" not in imports(name), name
@@ -177,8 +210,10 @@ def test_spread_target_across_runs(tmp_path: Path) -> None:
 
     def doc(mode: str, tp: int, us: float | None) -> dict:
         graph = {"ours": {"status": "ok", "median": us}} if us else {}
-        return {"machine": {"mode": mode, "tp": tp},
-                "results": [{"vocab": 151552, "rows": [{"m": 1, "graph_us": graph}]}]}
+        return {
+            "machine": {"mode": mode, "tp": tp},
+            "results": [{"vocab": 151552, "rows": [{"m": 1, "graph_us": graph}]}],
+        }
 
     assert "not measured" in spread.compare(tmp_path)[1]
     (tmp_path / "bench_tp2_2gpu_bf16_V151552.json").write_text(json.dumps(doc("nccl", 2, 5.0)))
@@ -192,42 +227,96 @@ def test_spread_target_across_runs(tmp_path: Path) -> None:
 
 
 def _summary(us: float) -> dict:
-    return {"median": us, "passes": [us, us], "spread_pct": 1.0, "per_rank": [us, us],
-            "worst_rank": 0}
+    return {
+        "median": us,
+        "passes": [us, us],
+        "spread_pct": 1.0,
+        "per_rank": [us, us],
+        "worst_rank": 0,
+    }
 
 
 def test_gpu_report_from_synthetic_results(tmp_path: Path, capsys) -> None:
     """The GPU-only branches of the report (host table, graph columns, targets, check
     cost, file names, JSON) on figures shaped like a tp=2 NVLink run's."""
-    args = ["--tp", "2", "--rows", "1,64", "--methods",
-            "stock,nccl_symm,ce_pull,ours,ours_checked,limit", "--out", str(tmp_path)]
+    args = [
+        "--tp",
+        "2",
+        "--rows",
+        "1,64",
+        "--methods",
+        "stock,nccl_symm,ce_pull,ours,ours_checked,limit",
+        "--out",
+        str(tmp_path),
+    ]
     cfg, p = parse(args), _plan(args, 2)
     names = ("stock", "nccl_symm", "ce_pull", "ours", "ours_checked")
     rows = []
     for m, base in ((1, 8.0), (64, 80.0)):
-        dev = {n: {**_summary(base * f), "iters": 20, "bursts": 5}
-               for n, f in zip(names, (1.0, 1.1, 2.0, 0.6, 0.7), strict=True)}
-        host = {n: _summary(h) for n, h in (("ours", 12.0), ("stock", 90.0),
-                                             ("ours_checked", 40.0), ("nccl_ag_ws1", 45.0),
-                                             ("stock_ws1", 80.0))}
-        graph = {n: {"status": "ok", **_summary(base * f), "calls_per_graph": 8, "replays": 10,
-                     "vs_eager": 1.1} for n, f in (("ours", 0.5), ("stock", 1.2))}
-        rows.append({"m": m, "egress_bytes": m * 151552, "device_us": dev, "host_us": host,
-                     "graph_us": graph})
+        dev = {
+            n: {**_summary(base * f), "iters": 20, "bursts": 5}
+            for n, f in zip(names, (1.0, 1.1, 2.0, 0.6, 0.7), strict=True)
+        }
+        host = {
+            n: _summary(h)
+            for n, h in (
+                ("ours", 12.0),
+                ("stock", 90.0),
+                ("ours_checked", 40.0),
+                ("nccl_ag_ws1", 45.0),
+                ("stock_ws1", 80.0),
+            )
+        }
+        graph = {
+            n: {
+                "status": "ok",
+                **_summary(base * f),
+                "calls_per_graph": 8,
+                "replays": 10,
+                "vs_eager": 1.1,
+            }
+            for n, f in (("ours", 0.5), ("stock", 1.2))
+        }
+        rows.append(
+            {
+                "m": m,
+                "egress_bytes": m * 151552,
+                "device_us": dev,
+                "host_us": host,
+                "graph_us": graph,
+            }
+        )
     lim = limit.derive(rows, _found(floor=3.0, gbps=360.0), p, cfg)
     status = {n: {"status": "ok", "detail": "synthetic"} for n in names}
     status["limit"] = {"status": "ok", "reason": None, "detail": "measured ceiling"}
-    res = {"vocab": 151552, "columns_per_rank": 75776, "dtype": "bf16", "methods": status,
-           "nccl_kernels": {"symmetric": "yes, at every M"}, "limit": lim, "rows": rows,
-           "ws1": "ok"}
-    info = {"tp": 2, "mode": p.mode, "placement": p.tag, "latency_only": p.shared,
-            "gpu_count": 2, "gpu_name": "H200", "hostname": "h", "mps_pipe": False}
+    res = {
+        "vocab": 151552,
+        "columns_per_rank": 75776,
+        "dtype": "bf16",
+        "methods": status,
+        "nccl_kernels": {"symmetric": "yes, at every M"},
+        "limit": lim,
+        "rows": rows,
+        "ws1": "ok",
+    }
+    info = {
+        "tp": 2,
+        "mode": p.mode,
+        "placement": p.tag,
+        "latency_only": p.shared,
+        "gpu_count": 2,
+        "gpu_name": "H200",
+        "hostname": "h",
+        "mps_pipe": False,
+    }
     ctx = SimpleNamespace(cfg=cfg, world=2, cuda=True)
     report.finish(info, ctx, [res])
     text = capsys.readouterr().out
     assert "ours_checked host" in text and "stock graph/eager" in text
-    assert "check_calls cost (ours_checked - ours, µs per call): M=1: device +0.80, host +28.00" \
+    assert (
+        "check_calls cost (ours_checked - ours, µs per call): M=1: device +0.80, host +28.00"
         in text
+    )
     assert "ours/stock at M=1 <= 0.60 (device time): MISSED (0.60)" not in text
     assert "ours/stock at M=1 under graph replay <= 0.55: met (0.42)" in text
     assert "faster than nccl_symm at every M: met" in text

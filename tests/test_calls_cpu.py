@@ -24,7 +24,7 @@ class Calls:
     def exact(self, g: LogitsGather, m: int = 3) -> None:
         self.seed += 1
         full = random_bits(self.seed, (m, 6 * self.world), torch.float32)
-        out = g(full[:, self.rank * 6:(self.rank + 1) * 6].contiguous())
+        out = g(full[:, self.rank * 6 : (self.rank + 1) * 6].contiguous())
         assert same_bits(out, full), f"call with seed {self.seed}"
 
     def fails(self, g: LogitsGather, shard, *expected: str) -> BaseException:
@@ -45,27 +45,48 @@ def _contract(rank: int, world: int) -> list[str]:
     c.exact(g)
     # a different M on the last rank
     m = 2 if rank == last else 3
-    c.fails(g, torch.ones(m, 6), "M differs between ranks",
-            f"rank {last}: object #0, call 1, M=2, dtype=torch.float32",
-            "rank 0: object #0, call 1, M=3, dtype=torch.float32")
+    c.fails(
+        g,
+        torch.ones(m, 6),
+        "M differs between ranks",
+        f"rank {last}: object #0, call 1, M=2, dtype=torch.float32",
+        "rank 0: object #0, call 1, M=3, dtype=torch.float32",
+    )
     c.exact(g, 4)
     # a different dtype on rank 0 (a rejected input too: the dtype is fixed at construction)
     dtype = torch.float16 if rank == 0 else torch.float32
-    c.fails(g, torch.ones(3, 6, dtype=dtype), "dtype differs between ranks",
-            "rank 0: object #0, call 3, M=3, dtype=torch.float16; input rejected: TypeError: "
-            "shard.dtype must be torch.float32 (as constructed), got torch.float16",
-            "rejected input on rank 0")
+    c.fails(
+        g,
+        torch.ones(3, 6, dtype=dtype),
+        "dtype differs between ranks",
+        "rank 0: object #0, call 3, M=3, dtype=torch.float16; input rejected: TypeError: "
+        "shard.dtype must be torch.float32 (as constructed), got torch.float16",
+        "rejected input on rank 0",
+    )
     c.exact(g, 1)
     # a bad input on one rank only: each kind, each rank in turn
-    bad = [torch.ones(3, 5), [[1.0] * 6], torch.ones(6, 3).t(), torch.empty(3, 6, device="meta"),
-           torch.ones(5, 6)]
-    why = ["shard.shape[1] must equal columns=6, got 5", "shard must be a torch.Tensor, got list",
-           "shard must be contiguous", "shard.device must be cpu (this object's device), got meta",
-           "shard.shape[0] (M) must be in 1..4 (capacity), got 5"]
+    bad = [
+        torch.ones(3, 5),
+        [[1.0] * 6],
+        torch.ones(6, 3).t(),
+        torch.empty(3, 6, device="meta"),
+        torch.ones(5, 6),
+    ]
+    why = [
+        "shard.shape[1] must equal columns=6, got 5",
+        "shard must be a torch.Tensor, got list",
+        "shard must be contiguous",
+        "shard.device must be cpu (this object's device), got meta",
+        "shard.shape[0] (M) must be in 1..4 (capacity), got 5",
+    ]
     for i, (shard, text) in enumerate(zip(bad, why, strict=True)):
         culprit = i % world
-        error = c.fails(g, shard if rank == culprit else torch.ones(3, 6),
-                        f"rejected input on rank {culprit}", text)
+        error = c.fails(
+            g,
+            shard if rank == culprit else torch.ones(3, 6),
+            f"rejected input on rank {culprit}",
+            text,
+        )
         assert (error.__cause__ is not None) == (rank == culprit), "the culprit chains its own"
         c.exact(g, 1 + i % 4)
     # rank 1 skips a call of g and goes on to h: the object and call index differ
@@ -73,8 +94,13 @@ def _contract(rank: int, world: int) -> list[str]:
     c.exact(h)
     c.exact(g)
     first, second = (g, h) if rank != 1 else (h, g)
-    c.fails(first, torch.ones(3, 6), "object differs between ranks",
-            "call index differs between ranks", "rank 1: object #1, call 1")
+    c.fails(
+        first,
+        torch.ones(3, 6),
+        "object differs between ranks",
+        "call index differs between ranks",
+        "rank 1: object #1, call 1",
+    )
     c.fails(second, torch.ones(3, 6), "object differs between ranks")  # the calls realign
     c.exact(g)
     c.exact(h, 2)

@@ -25,7 +25,7 @@ def _exact_over_calls(rank: int, world: int, dtype: torch.dtype, columns: int) -
     for call in range(24):
         m = rng.randint(1, capacity)
         full = random_bits(10_000 * call + columns, (m, world * columns), dtype)
-        shard = full[:, rank * columns:(rank + 1) * columns].contiguous()
+        shard = full[:, rank * columns : (rank + 1) * columns].contiguous()
         out = g(shard)
         if world == 1:
             assert out is shard
@@ -75,7 +75,7 @@ def _bad_inputs(rank: int, world: int) -> None:
             g(make())
         # the object stays usable after a rejected call
         full = random_bits(len(name), (3, 6 * world), torch.float32)
-        assert same_bits(g(full[:, rank * 6:(rank + 1) * 6].contiguous()), full), name
+        assert same_bits(g(full[:, rank * 6 : (rank + 1) * 6].contiguous()), full), name
 
 
 def test_bad_inputs_raise_on_every_rank() -> None:

@@ -43,8 +43,14 @@ def _misaligned(x: torch.Tensor) -> torch.Tensor:
 
 
 def _soak_one(rank, world, device, dtype, columns, capacity, calls, seed) -> None:
-    g = LogitsGather(columns=columns, capacity=capacity, device=device, dtype=dtype,
-                     on_timeout="raise", timeout_s=60.0)
+    g = LogitsGather(
+        columns=columns,
+        capacity=capacity,
+        device=device,
+        dtype=dtype,
+        on_timeout="raise",
+        timeout_s=60.0,
+    )
     assert g.backend == "symm_mem", g.backend
     slots = g._impl._buffers.slots
     slots.fill_(POISON)
@@ -58,7 +64,7 @@ def _soak_one(rank, world, device, dtype, columns, capacity, calls, seed) -> Non
         m = rng.randint(1, capacity)
         gen.manual_seed(seed * 100_003 + call)
         full = random_full(gen, m, world * columns, dtype, device)
-        shard = full[:, rank * columns:(rank + 1) * columns].contiguous()
+        shard = full[:, rank * columns : (rank + 1) * columns].contiguous()
         if call % 4 == 3:  # a contiguous shard whose address is not 16-byte aligned
             shard = _misaligned(shard)
         slot = g._impl._eager
@@ -87,8 +93,16 @@ def _soak(rank: int, world: int, placement: str, calls: int) -> float:
     try:
         for dtype in DTYPES:
             for vocab in (1001 * world, 151552, 129280):
-                _soak_one(rank, world, device, dtype, vocab // world, 48, calls,
-                          seed=vocab + world + DTYPES.index(dtype))
+                _soak_one(
+                    rank,
+                    world,
+                    device,
+                    dtype,
+                    vocab // world,
+                    48,
+                    calls,
+                    seed=vocab + world + DTYPES.index(dtype),
+                )
     except AssertionError as exc:
         ok, message = False, str(exc)
     all_ranks_ok(ok, message)
@@ -114,7 +128,7 @@ def _wraparound(rank: int, world: int) -> None:
     for call in range(40):
         gen.manual_seed(call)
         full = random_full(gen, 1 + call % 8, world * 4096, torch.bfloat16, device)
-        out = g(full[:, rank * 4096:(rank + 1) * 4096].contiguous())
+        out = g(full[:, rank * 4096 : (rank + 1) * 4096].contiguous())
         assert_bits(out, full, f"wrap-around call {call}")
     g.check()
 

@@ -39,8 +39,14 @@ def _capture(g: LogitsGather, inputs: list[torch.Tensor], outputs: list[torch.Te
 def _replays(rank: int, world: int, placement: str, replays: int) -> None:
     device = rank_device(rank, placement)
     dtype = torch.bfloat16
-    g = LogitsGather(columns=COLUMNS, capacity=CAPACITY, device=device, dtype=dtype,
-                     on_timeout="raise", timeout_s=60.0)
+    g = LogitsGather(
+        columns=COLUMNS,
+        capacity=CAPACITY,
+        device=device,
+        dtype=dtype,
+        on_timeout="raise",
+        timeout_s=60.0,
+    )
     assert g.backend == "symm_mem", g.backend
     rng = random.Random(7)
     gen = torch.Generator(device=device)
@@ -60,7 +66,7 @@ def _replays(rank: int, world: int, placement: str, replays: int) -> None:
             for i, x in enumerate(inputs):
                 gen.manual_seed(step * 10 + i)
                 full = random_full(gen, x.shape[0], world * COLUMNS, dtype, device)
-                x.copy_(full[:, rank * COLUMNS:(rank + 1) * COLUMNS])
+                x.copy_(full[:, rank * COLUMNS : (rank + 1) * COLUMNS])
                 expected.append(full)
             for y in outputs:
                 y.fill_(-3.0)  # poison the consumers' outputs
@@ -73,7 +79,7 @@ def _replays(rank: int, world: int, placement: str, replays: int) -> None:
                 gen.manual_seed(10**6 + step)
                 full = random_full(gen, m, world * COLUMNS, dtype, device)
                 delay_random_rank(rng, rank, world)
-                out = g(full[:, rank * COLUMNS:(rank + 1) * COLUMNS].contiguous())
+                out = g(full[:, rank * COLUMNS : (rank + 1) * COLUMNS].contiguous())
                 assert_bits(out, full, f"eager call after replay {step}")
         g.check()
     except AssertionError as exc:

@@ -21,7 +21,7 @@ KW = dict(columns=6, capacity=4, device="cpu", dtype=torch.float32)
 
 def _shard(seed: int, rank: int, world: int, m: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
     full = random_bits(seed, (m, 6 * world), torch.float32)
-    return full[:, rank * 6:(rank + 1) * 6].contiguous(), full
+    return full[:, rank * 6 : (rank + 1) * 6].contiguous(), full
 
 
 def _raises_everywhere(rank: int, make, match: str, kind=ValueError) -> str:
@@ -33,25 +33,39 @@ def _raises_everywhere(rank: int, make, match: str, kind=ValueError) -> str:
 def _options(rank: int, world: int) -> list[str]:
     messages = []
     cases = [
-        (dict(on_timeout="abort" if rank == 1 else "raise"),
-         r"rank 1: on_timeout must be one of \('raise', 'trap'\), got 'abort'"),
-        (dict(check_calls="yes" if rank == 0 else None),
-         r"rank 0: check_calls must be a bool or None, got 'yes'"),
-        (dict(on_timeout="trap" if rank == 0 else "raise"),
-         r"on_timeout differs between ranks: rank 0='trap', rank 1='raise'"),
+        (
+            dict(on_timeout="abort" if rank == 1 else "raise"),
+            r"rank 1: on_timeout must be one of \('raise', 'trap'\), got 'abort'",
+        ),
+        (
+            dict(check_calls="yes" if rank == 0 else None),
+            r"rank 0: check_calls must be a bool or None, got 'yes'",
+        ),
+        (
+            dict(on_timeout="trap" if rank == 0 else "raise"),
+            r"on_timeout differs between ranks: rank 0='trap', rank 1='raise'",
+        ),
         (dict(check_calls=rank == 1), r"check_calls differs between ranks"),
-        (dict(device="cuda" if rank == 1 else "cpu"),
-         r"rank 1: device='cuda' asks for CUDA, but there is no CUDA here: this torch build"),
+        (
+            dict(device="cuda" if rank == 1 else "cpu"),
+            r"rank 1: device='cuda' asks for CUDA, but there is no CUDA here: this torch build",
+        ),
         (dict(device="meta"), r"rank 0: device must hold data \(cpu or cuda\), got 'meta'"),
         (dict(timeout_s=0), r"timeout_s must be a number of seconds in \(0, 2000\], got 0"),
     ]
     for extra, match in cases:
         build = lambda e=extra: LogitsGather(**{**KW, **e})  # noqa: E731
         messages.append(_raises_everywhere(rank, build, match))
-    env = [("LOGITS_GATHER_ON_TIMEOUT", "never", r"LOGITS_GATHER_ON_TIMEOUT must be one of"),
-           ("LOGITS_GATHER_CHECK_CALLS", "true", r"LOGITS_GATHER_CHECK_CALLS must be 0 or 1, "
-                                                 r"got 'true'"),
-           ("LOGITS_GATHER_TIMEOUT_S", "soon", r"LOGITS_GATHER_TIMEOUT_S must be a number")]
+    env = [
+        ("LOGITS_GATHER_ON_TIMEOUT", "never", r"LOGITS_GATHER_ON_TIMEOUT must be one of"),
+        (
+            "LOGITS_GATHER_CHECK_CALLS",
+            "true",
+            r"LOGITS_GATHER_CHECK_CALLS must be 0 or 1, "
+            r"got 'true'",
+        ),
+        ("LOGITS_GATHER_TIMEOUT_S", "soon", r"LOGITS_GATHER_TIMEOUT_S must be a number"),
+    ]
     for name, value, match in env:
         os.environ[name] = value
         messages.append(_raises_everywhere(rank, lambda: LogitsGather(**KW), match))
@@ -62,8 +76,11 @@ def _options(rank: int, world: int) -> list[str]:
     del os.environ["LOGITS_GATHER_ON_TIMEOUT"], os.environ["LOGITS_GATHER_CHECK_CALLS"]
     g = LogitsGather(**KW)
     assert (g.on_timeout, g.check_calls) == ("trap", False), "documented defaults"
-    with pytest.raises(TypeError, match=r"group must be a torch.distributed ProcessGroup or "
-                                        r"None, got str"):
+    with pytest.raises(
+        TypeError,
+        match=r"group must be a torch.distributed ProcessGroup or "
+        r"None, got str",
+    ):
         LogitsGather(**KW, group="tp")
     return messages
 
@@ -80,8 +97,11 @@ def _autograd_and_devices(rank: int, world: int) -> None:
     impl = g._impl
     assert not impl.slots.requires_grad and not impl._staging.requires_grad
     meta = torch.empty(3, 6, device="meta")
-    with pytest.raises(ValueError, match=r"shard.device must be cpu \(this object's device\), "
-                                         r"got meta"):
+    with pytest.raises(
+        ValueError,
+        match=r"shard.device must be cpu \(this object's device\), "
+        r"got meta",
+    ):
         g(meta)
     shard, full = _shard(99, rank, world)  # still usable, still exact
     assert same_bits(g(shard), full)
@@ -169,8 +189,11 @@ def _fallback_timeout(rank: int, world: int) -> float:
     waited = 0.0
     if rank == 0:
         started = time.monotonic()
-        with pytest.raises(PeerTimeoutError, match=r"did not join the all-gather of M=3 rows "
-                                                   r"within timeout_s=1 s"):
+        with pytest.raises(
+            PeerTimeoutError,
+            match=r"did not join the all-gather of M=3 rows "
+            r"within timeout_s=1 s",
+        ):
             g(shard)
         waited = time.monotonic() - started
         for _ in range(2):  # unusable from now on, and says so at once
@@ -192,8 +215,11 @@ def _skipped_for_good(rank: int, world: int) -> float:
     waited = 0.0
     if rank == 0:  # rank 1 skips this call: rank 0 times out in the check, not in gloo
         started = time.monotonic()
-        with pytest.raises(PeerTimeoutError, match=r"not every rank reached call 1 of checked "
-                                                   r"object #0 within timeout_s=1 s"):
+        with pytest.raises(
+            PeerTimeoutError,
+            match=r"not every rank reached call 1 of checked "
+            r"object #0 within timeout_s=1 s",
+        ):
             g(shard)
         waited = time.monotonic() - started
         with pytest.raises(PeerTimeoutError, match="call 1 of checked object"):
@@ -228,11 +254,14 @@ def _fallback_oom(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> str
 
     monkeypatch.setattr(gather_mod, "DistributedGather", flaky)
     return _raises_everywhere(
-        rank, lambda: LogitsGather(**KW), re.escape(
+        rank,
+        lambda: LogitsGather(**KW),
+        re.escape(
             "could not allocate the torch.distributed fallback's buffers: rank 1: "
-            "OutOfMemoryError: could not allocate 1.50 GiB"), RuntimeError)
-
-
+            "OutOfMemoryError: could not allocate 1.50 GiB"
+        ),
+        RuntimeError,
+    )
 
 
 def _symm_mem_oom(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -246,12 +275,18 @@ def _symm_mem_oom(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> lis
     import logits_gather.symmetric as symmetric
 
     monkeypatch.setattr(symmetric, "local_problem", lambda device: None)
-    monkeypatch.setattr(symmetric, "describe_device", lambda device: {
-        "host": "h", "uuid": f"gpu{rank}", "index": rank, "sms": 8})
+    monkeypatch.setattr(
+        symmetric,
+        "describe_device",
+        lambda device: {"host": "h", "uuid": f"gpu{rank}", "index": rank, "sms": 8},
+    )
     monkeypatch.setattr(symmetric, "peer_problem", lambda me, infos: None)
     monkeypatch.setitem(sys.modules, "logits_gather.kernel", types.SimpleNamespace(FLAG_ROWS=4))
-    monkeypatch.setitem(sys.modules, "logits_gather.push", types.SimpleNamespace(
-        EAGER_SLOTS=3, GRAPH_SLOTS=2, PushGather=None))
+    monkeypatch.setitem(
+        sys.modules,
+        "logits_gather.push",
+        types.SimpleNamespace(EAGER_SLOTS=3, GRAPH_SLOTS=2, PushGather=None),
+    )
     rendezvous: list[int] = []
 
     def empty(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -262,11 +297,16 @@ def _symm_mem_oom(rank: int, world: int, monkeypatch: pytest.MonkeyPatch) -> lis
     monkeypatch.setattr(symm_mem, "empty", empty)
     monkeypatch.setattr(symm_mem, "rendezvous", lambda t, g: rendezvous.append(1))
     monkeypatch.setattr(symm_mem, "enable_symm_mem_for_group", lambda name: None, raising=False)
-    messages = [_raises_everywhere(
-        rank, lambda: LogitsGather(**KW, backend="symm_mem"),
-        r"backend='symm_mem' failed to set up: AllocationError: symmetric-memory allocation "
-        r"\(5 slots x 4 x 18 torch.float32 per rank\) failed on rank 1: OutOfMemoryError: "
-        r"CUDA out of memory", RuntimeError)]
+    messages = [
+        _raises_everywhere(
+            rank,
+            lambda: LogitsGather(**KW, backend="symm_mem"),
+            r"backend='symm_mem' failed to set up: AllocationError: symmetric-memory allocation "
+            r"\(5 slots x 4 x 18 torch.float32 per rank\) failed on rank 1: OutOfMemoryError: "
+            r"CUDA out of memory",
+            RuntimeError,
+        )
+    ]
     g = LogitsGather(**KW, backend="auto")  # falls back on every rank, and works
     assert g.backend == "torch.distributed"
     shard, full = _shard(7, rank, world)

@@ -20,14 +20,13 @@ def _placement() -> str:
 
 def _grad_and_meta(rank: int, world: int, placement: str) -> None:
     device = rank_device(rank, placement)
-    g = LogitsGather(columns=COLUMNS, capacity=4, device=device, on_timeout="raise",
-                     timeout_s=20.0)
+    g = LogitsGather(columns=COLUMNS, capacity=4, device=device, on_timeout="raise", timeout_s=20.0)
     assert g.backend == "symm_mem", g.backend
     gen = torch.Generator(device=device).manual_seed(3)
     for _ in range(3):
         full = random_full(gen, 3, world * COLUMNS, torch.float32, device).nan_to_num_(0.0)
         full = full.to(torch.bfloat16)
-        shard = full[:, rank * COLUMNS:(rank + 1) * COLUMNS].contiguous().requires_grad_()
+        shard = full[:, rank * COLUMNS : (rank + 1) * COLUMNS].contiguous().requires_grad_()
         out = g(shard)
         assert out.grad_fn is None and not out.requires_grad
         assert_bits(out, full, "gather of a requires_grad shard")
@@ -48,8 +47,10 @@ def _alloc_fails(rank: int, world: int, placement: str, backend: str) -> str:
 
     device = rank_device(rank, placement)
     if rank == 1:
+
         def boom(*args, **kwargs):
             raise torch.OutOfMemoryError("simulated: out of memory on rank 1")
+
         symm_mem.empty = boom
     try:
         g = LogitsGather(columns=COLUMNS, capacity=4, device=device, backend=backend)
@@ -63,8 +64,9 @@ def test_allocation_failure_on_one_rank(backend: str) -> None:
     p = _placement()
     # hard_exit: rank 0's unrendezvoused symmetric block must not be freed at teardown,
     # where torch would wait for peers that never mapped it.
-    verdicts = run_ranks(_alloc_fails, 2, p, backend, env=placement_env(p), timeout=120,
-                         hard_exit=True)
+    verdicts = run_ranks(
+        _alloc_fails, 2, p, backend, env=placement_env(p), timeout=120, hard_exit=True
+    )
     if backend == "auto":
         assert verdicts == ["built torch.distributed"] * 2, verdicts
     else:
@@ -73,8 +75,14 @@ def test_allocation_failure_on_one_rank(backend: str) -> None:
 
 def _mismatch(rank: int, world: int, placement: str) -> str:
     device = rank_device(rank, placement)
-    g = LogitsGather(columns=COLUMNS, capacity=8, device=device, check_calls=True,
-                     on_timeout="raise", timeout_s=20.0)
+    g = LogitsGather(
+        columns=COLUMNS,
+        capacity=8,
+        device=device,
+        check_calls=True,
+        on_timeout="raise",
+        timeout_s=20.0,
+    )
     x = torch.ones(2 + rank, COLUMNS, dtype=torch.bfloat16, device=device)
     with pytest.raises(ValueError) as info:
         g(x)

@@ -23,8 +23,9 @@ NAN, INF = float("nan"), float("inf")
 
 
 # Shard boundaries for 2, 3 and 4 ranks; the logits must not depend on the world size.
-EDGES = sorted({0, V - 1} | {b * n + d for n in (30, 40, 60) for b in range(1, V // n)
-                            for d in (-1, 0)})
+EDGES = sorted(
+    {0, V - 1} | {b * n + d for n in (30, 40, 60) for b in range(1, V // n) for d in (-1, 0)}
+)
 
 
 def make_logits(gen: torch.Generator, m: int, kind: str, dtype: torch.dtype) -> torch.Tensor:
@@ -35,7 +36,7 @@ def make_logits(gen: torch.Generator, m: int, kind: str, dtype: torch.dtype) -> 
     else:  # few distinct values: ties everywhere, maxima on shard boundaries
         x = torch.randint(-3, 3, (m, V), generator=gen).float()
         for i in range(m):  # the same maximum at 1..3 shard edges
-            hot = EDGES[i % len(EDGES):]
+            hot = EDGES[i % len(EDGES) :]
             x[i, hot[: 1 + i % 3]] = 9.0
     if kind == "special":
         for i in range(m):
@@ -80,43 +81,97 @@ def _bad_inputs(rank: int, n: int, sampling) -> list[str]:
     _expect_error(errors, ValueError, "length M=4", sampling.sample, x, t, torch.arange(5))
     _expect_error(errors, TypeError, "integer dtype", sampling.sample, x, t, s.float())
     _expect_error(errors, TypeError, "floating dtype", sampling.sample, x, s, s)
-    _expect_error(errors, ValueError, "got -0.5 at row 2", sampling.sample, x,
-                  torch.tensor([1, 0, -0.5, 1]), s)
-    _expect_error(errors, ValueError, "got nan", sampling.sample, x,
-                  torch.tensor([1, NAN, 1, 1]), s)
-    _expect_error(errors, ValueError, f"top_k must be in 0..{V}", sampling.sample, x, t, s,
-                  top_k=-1)
+    _expect_error(
+        errors,
+        ValueError,
+        "got -0.5 at row 2",
+        sampling.sample,
+        x,
+        torch.tensor([1, 0, -0.5, 1]),
+        s,
+    )
+    _expect_error(
+        errors, ValueError, "got nan", sampling.sample, x, torch.tensor([1, NAN, 1, 1]), s
+    )
+    _expect_error(
+        errors, ValueError, f"top_k must be in 0..{V}", sampling.sample, x, t, s, top_k=-1
+    )
     _expect_error(errors, ValueError, f"got {V + 1}", sampling.sample, x, t, s, top_k=V + 1)
-    _expect_error(errors, TypeError, "top_k must be None, an int", sampling.sample, x, t, s,
-                  top_k=2.0)
+    _expect_error(
+        errors, TypeError, "top_k must be None, an int", sampling.sample, x, t, s, top_k=2.0
+    )
     _expect_error(errors, TypeError, "integer dtype", sampling.sample, x, t, s, top_k=t)
-    _expect_error(errors, ValueError, "got -3 at row 1", sampling.sample, x, t, s,
-                  top_k=torch.tensor([0, -3, 5, 1]))
-    _expect_error(errors, ValueError, "top_p must be in (0, 1], got 0", sampling.sample, x, t,
-                  s, top_p=0)
-    _expect_error(errors, ValueError, "top_p must be in (0, 1], got 1.5", sampling.sample, x,
-                  t, s, top_p=1.5)
-    _expect_error(errors, ValueError, "got 0.0 at row 3", sampling.sample, x, t, s,
-                  top_p=torch.tensor([1.0, 0.5, 0.9, 0.0]))
-    _expect_error(errors, TypeError, "top_p must be None, a float", sampling.sample, x, t, s,
-                  top_p="0.9")
-    _expect_error(errors, ValueError, "min_p must be in [0, 1], got -0.1", sampling.sample, x,
-                  t, s, min_p=-0.1)
-    _expect_error(errors, ValueError, "got nan at row 0", sampling.sample, x, t, s,
-                  min_p=torch.tensor([NAN, 0.5, 0.9, 0.0]))
-    _expect_error(errors, ValueError, "length M=4", sampling.sample, x, t, s,
-                  min_p=torch.zeros(3))
-    _expect_error(errors, ValueError, "top_n must be in 0..20, got 21", sampling.logprobs, x,
-                  ids, top_n=21)
-    _expect_error(errors, ValueError, f"got {V} at row 1", sampling.logprobs, x,
-                  torch.tensor([0, V, 1, 2]), top_n=0)
-    _expect_error(errors, ValueError, "got -1 at row 0", sampling.logprobs, x,
-                  torch.tensor([-1, 0, 1, 2]))
+    _expect_error(
+        errors,
+        ValueError,
+        "got -3 at row 1",
+        sampling.sample,
+        x,
+        t,
+        s,
+        top_k=torch.tensor([0, -3, 5, 1]),
+    )
+    _expect_error(
+        errors, ValueError, "top_p must be in (0, 1], got 0", sampling.sample, x, t, s, top_p=0
+    )
+    _expect_error(
+        errors, ValueError, "top_p must be in (0, 1], got 1.5", sampling.sample, x, t, s, top_p=1.5
+    )
+    _expect_error(
+        errors,
+        ValueError,
+        "got 0.0 at row 3",
+        sampling.sample,
+        x,
+        t,
+        s,
+        top_p=torch.tensor([1.0, 0.5, 0.9, 0.0]),
+    )
+    _expect_error(
+        errors, TypeError, "top_p must be None, a float", sampling.sample, x, t, s, top_p="0.9"
+    )
+    _expect_error(
+        errors,
+        ValueError,
+        "min_p must be in [0, 1], got -0.1",
+        sampling.sample,
+        x,
+        t,
+        s,
+        min_p=-0.1,
+    )
+    _expect_error(
+        errors,
+        ValueError,
+        "got nan at row 0",
+        sampling.sample,
+        x,
+        t,
+        s,
+        min_p=torch.tensor([NAN, 0.5, 0.9, 0.0]),
+    )
+    _expect_error(errors, ValueError, "length M=4", sampling.sample, x, t, s, min_p=torch.zeros(3))
+    _expect_error(
+        errors, ValueError, "top_n must be in 0..20, got 21", sampling.logprobs, x, ids, top_n=21
+    )
+    _expect_error(
+        errors,
+        ValueError,
+        f"got {V} at row 1",
+        sampling.logprobs,
+        x,
+        torch.tensor([0, V, 1, 2]),
+        top_n=0,
+    )
+    _expect_error(
+        errors, ValueError, "got -1 at row 0", sampling.logprobs, x, torch.tensor([-1, 0, 1, 2])
+    )
     _expect_error(errors, ValueError, "length M=4", sampling.logprobs, x, ids[:2])
     sampler = sampling.VocabParallelSampler(n, 4, backend="torch.distributed")
     _expect_error(errors, ValueError, "capacity=4, got 5", sampler.greedy, torch.randn(5, n))
-    _expect_error(errors, ValueError, f"columns={n}, got {n + 1}", sampler.greedy,
-                  torch.randn(2, n + 1))
+    _expect_error(
+        errors, ValueError, f"columns={n}, got {n + 1}", sampler.greedy, torch.randn(2, n + 1)
+    )
     return errors
 
 
@@ -136,12 +191,12 @@ def _check(rank: int, world: int, seed: int) -> dict:
             drawn = tokens.setdefault(f"{dtype} {kind}", [])
             m = int(torch.randint(1, 40, (1,), generator=gen))
             full = make_logits(gen, m, kind, dtype)
-            shard = full[:, rank * n:(rank + 1) * n].contiguous()
+            shard = full[:, rank * n : (rank + 1) * n].contiguous()
             where = f"{dtype} {kind} m={m}"
             assert torch.equal(sampling.greedy(shard), torch.argmax(full, 1)), where
             assert torch.equal(explicit.greedy(shard), torch.argmax(full, 1)), where
             temp = torch.tensor([0.0, 0.3, 1.0, 2.5])[torch.randint(0, 4, (m,), generator=gen)]
-            seeds = torch.randint(-2**62, 2**62, (m,), generator=gen)
+            seeds = torch.randint(-(2**62), 2**62, (m,), generator=gen)
             sweep = dtype == torch.bfloat16 and kind == "ties"
             for k in TOP_KS + (_tie_boundaries(full) if sweep else ()):
                 got = sampling.sample(shard, temp, seeds, top_k=k)
@@ -154,8 +209,9 @@ def _check(rank: int, world: int, seed: int) -> dict:
             got = explicit.sample(shard, temp.double(), seeds.int(), top_k=5)
             assert torch.equal(got, reference.sample(full, temp, seeds.int(), top_k=5)), where
             # The filter path costs up to 10 exchanges a call: every kind in bf16, one in fp32.
-            filtered = dtype == torch.bfloat16 or (dtype == torch.float32 and kind == "ties"
-                                                   and world <= 2)
+            filtered = dtype == torch.bfloat16 or (
+                dtype == torch.float32 and kind == "ties" and world <= 2
+            )
             for i, f in enumerate(_filters(gen, m, full) if filtered else []):
                 if world > 2 and i not in (3, 6, 7):  # tp 3, 4: the adversarial ones
                     continue
@@ -177,22 +233,35 @@ def _check(rank: int, world: int, seed: int) -> dict:
                 _close(got.top_logprobs, exact.gather(1, got.top_ids), where, EXACT_TOL)
             calls += 4
     assert calls >= 6
-    return {"tokens": tokens, "errors": _bad_inputs(rank, n, sampling),
-            "after_errors": sampling.greedy(torch.full((2, n), float(rank))).tolist()}
+    return {
+        "tokens": tokens,
+        "errors": _bad_inputs(rank, n, sampling),
+        "after_errors": sampling.greedy(torch.full((2, n), float(rank))).tolist(),
+    }
 
 
 def _filters(gen: torch.Generator, m: int, full: torch.Tensor) -> list[dict]:
     """Scalar and per-row top_k / top_p / min_p, mixed with their off values, plus top-p
     values that put the cut exactly at the end of a run of equal logits."""
+
     def col(values):
         return torch.tensor(values)[torch.randint(0, len(values), (m,), generator=gen)]
 
-    mixed = dict(top_k=col([0, 1, 3, 40, 64, 65, V]), top_p=col([1.0, 0.2, 0.7, 0.95]),
-                 min_p=col([0.0, 0.0, 0.1, 0.6]))
-    return [dict(top_p=0.9), dict(min_p=0.05), dict(top_p=0.6, top_k=10),
-            dict(top_p=0.8, min_p=0.2), dict(top_k=col([0, 2, 9, 64, 100])),
-            dict(top_p=col([1.0, 1e-9, 0.5, 0.999999])), mixed,
-            dict(top_p=_run_end_p(full.float()))]
+    mixed = dict(
+        top_k=col([0, 1, 3, 40, 64, 65, V]),
+        top_p=col([1.0, 0.2, 0.7, 0.95]),
+        min_p=col([0.0, 0.0, 0.1, 0.6]),
+    )
+    return [
+        dict(top_p=0.9),
+        dict(min_p=0.05),
+        dict(top_p=0.6, top_k=10),
+        dict(top_p=0.8, min_p=0.2),
+        dict(top_k=col([0, 2, 9, 64, 100])),
+        dict(top_p=col([1.0, 1e-9, 0.5, 0.999999])),
+        mixed,
+        dict(top_p=_run_end_p(full.float())),
+    ]
 
 
 def _run_end_p(x: torch.Tensor) -> torch.Tensor:
@@ -200,7 +269,7 @@ def _run_end_p(x: torch.Tensor) -> torch.Tensor:
     (at T=1), so the cut lands exactly on a run's last element."""
     s = x.nan_to_num(0.0, 0.0, 0.0)
     smax = s.amax(1, keepdim=True)
-    q = torch.floor(torch.exp(s - smax) * 2.0 ** 40).long()
+    q = torch.floor(torch.exp(s - smax) * 2.0**40).long()
     top = s >= smax
     frac = q.where(top, 0).sum(1).double() / q.sum(1).double()
     return frac.clamp(1e-6, 1.0).float()

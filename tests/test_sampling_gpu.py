@@ -48,26 +48,31 @@ def test_noise_and_scores_bit_identical() -> None:
         x[0, :7] = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), 1e-30, -1e-30, 3e38])
         t = torch.rand(m, device=dev, generator=gen) * 7
         t[:4] = torch.tensor([0.0, 1e-3, 1.0, 7.0])
-        seed = torch.randint(-2**63, 2**63 - 1, (m,), device=dev, generator=gen)
+        seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev, generator=gen)
         out = torch.full((m, V), float("nan"), device=dev)
         kernels.noise_kernel[(m, triton_cdiv(V, 1024))](seed, t, x, out, V, BLOCK=1024)
         te = torch.where(t > 0, t, 1.0)[:, None]
         want = rng.perturbed(x.float(), te, rng.row_keys(seed), rng.column_counters(0, V, dev))
-        s, g = fused.Fused(V // 2, 2, 1).scores(x[:, V // 2:], t, seed)  # the filter path's
-        for what, got, ref in (("noise_kernel", out, want),
-                               ("scores_kernel g", g, want[:, V // 2:]),
-                               ("scores_kernel s", s, x[:, V // 2:].float().div(te))):
+        s, g = fused.Fused(V // 2, 2, 1).scores(x[:, V // 2 :], t, seed)  # the filter path's
+        for what, got, ref in (
+            ("noise_kernel", out, want),
+            ("scores_kernel g", g, want[:, V // 2 :]),
+            ("scores_kernel s", s, x[:, V // 2 :].float().div(te)),
+        ):
             diff = (_bits(got) != _bits(ref)) & ~(got.isnan() & ref.isnan())
-            assert int(diff.sum()) == 0, (f"{dtype} {what}: {int(diff.sum())} of {got.numel()} "
-                                          f"differ, first at {diff.nonzero()[:4].tolist()}")
+            assert int(diff.sum()) == 0, (
+                f"{dtype} {what}: {int(diff.sum())} of {got.numel()} "
+                f"differ, first at {diff.nonzero()[:4].tolist()}"
+            )
 
 
 def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _logits(seed: int, m: int, n: int, world: int, dtype: torch.dtype,
-            dev: torch.device) -> torch.Tensor:
+def _logits(
+    seed: int, m: int, n: int, world: int, dtype: torch.dtype, dev: torch.device
+) -> torch.Tensor:
     """Random logits (the same on every rank) with adversarial rows at the top."""
     v = n * world
     gen = torch.Generator(device=dev).manual_seed(seed)
@@ -95,11 +100,19 @@ def _filters(rng: random.Random, m: int, dev: torch.device) -> list[dict]:
     def col(values):
         return torch.tensor([rng.choice(values) for _ in range(m)], device=dev)
 
-    return [dict(top_p=0.9), dict(min_p=0.05), dict(top_p=0.5, top_k=50),
-            dict(top_k=col([0, 1, 3, 50, 64, 100, 5000]), top_p=col([1.0, 0.3, 0.9, 0.99]),
-                 min_p=col([0.0, 0.0, 0.05, 0.3])),
-            dict(top_p=col([1.0, 0.8, 1e-6])), dict(top_k=col([0, 7, 70, V])),
-            dict(min_p=col([0.0, 0.01, 0.2, 1.0]))]
+    return [
+        dict(top_p=0.9),
+        dict(min_p=0.05),
+        dict(top_p=0.5, top_k=50),
+        dict(
+            top_k=col([0, 1, 3, 50, 64, 100, 5000]),
+            top_p=col([1.0, 0.3, 0.9, 0.99]),
+            min_p=col([0.0, 0.0, 0.05, 0.3]),
+        ),
+        dict(top_p=col([1.0, 0.8, 1e-6])),
+        dict(top_k=col([0, 7, 70, V])),
+        dict(min_p=col([0.0, 0.01, 0.2, 1.0])),
+    ]
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, where: str) -> None:
@@ -121,9 +134,9 @@ def _eager(rank: int, world: int, seed: int, placement: str) -> str:
     for it in range(5):
         m, dtype = rng.randint(1, 256), DTYPES[it % 3]
         full = _logits(seed + it, m, n, world, dtype, dev)
-        shard = full[:, rank * n:(rank + 1) * n].contiguous()
+        shard = full[:, rank * n : (rank + 1) * n].contiguous()
         temp = torch.tensor([rng.choice([0.0, 0.6, 1.0, 1.7]) for _ in range(m)], device=dev)
-        seeds = torch.tensor([rng.randrange(-2**63, 2**63) for _ in range(m)], device=dev)
+        seeds = torch.tensor([rng.randrange(-(2**63), 2**63) for _ in range(m)], device=dev)
         ids = torch.tensor([rng.randrange(V) for _ in range(m)], device=dev)
         where = f"it {it} m={m} {dtype}"
         delay_random_rank(rng, rank, world)
@@ -155,8 +168,9 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
     from logits_gather.sampling import reference
 
     dev, v, m = rank_device(rank, placement), n * world, 37
-    sampler = sampling.VocabParallelSampler(n, 64, device=dev, backend="symm_mem",
-                                            check_values=False)
+    sampler = sampling.VocabParallelSampler(
+        n, 64, device=dev, backend="symm_mem", check_values=False
+    )
     shard = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
     temp = torch.empty(m, device=dev)
     seeds = torch.empty(m, dtype=torch.int64, device=dev)
@@ -168,10 +182,10 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
     def fill(i: int) -> torch.Tensor:
         full = _logits(seed + i, m, n, world, torch.bfloat16, dev)
         gen = torch.Generator(device=dev).manual_seed(seed + 1000 + i)
-        shard.copy_(full[:, rank * n:(rank + 1) * n])
+        shard.copy_(full[:, rank * n : (rank + 1) * n])
         u = torch.rand(m, device=dev, generator=gen)
         temp.copy_(torch.where(u < 0.2, 0.0, u * 2))  # about a fifth greedy rows
-        seeds.copy_(torch.randint(-2**62, 2**62, (m,), device=dev, generator=gen))
+        seeds.copy_(torch.randint(-(2**62), 2**62, (m,), device=dev, generator=gen))
         ids.copy_(torch.randint(0, v, (m,), device=dev, generator=gen))
         top_k.copy_(torch.randint(0, 80, (m,), device=dev, generator=gen))
         top_p.copy_(torch.rand(m, device=dev, generator=gen).clamp_(min=0.05))
@@ -179,12 +193,15 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
         return full
 
     def step():
-        return (sampler.greedy(shard), sampler.sample(shard, temp, seeds),
-                sampler.sample(shard, temp, seeds, top_k=20),
-                sampler.sample(shard, temp, seeds, top_k=top_k, top_p=top_p, min_p=min_p),
-                sampler.sample(shard, temp, seeds, top_p=0.9),
-                sampler.sample(shard, temp, seeds, min_p=min_p),
-                sampler.logprobs(shard, ids, 5))
+        return (
+            sampler.greedy(shard),
+            sampler.sample(shard, temp, seeds),
+            sampler.sample(shard, temp, seeds, top_k=20),
+            sampler.sample(shard, temp, seeds, top_k=top_k, top_p=top_p, min_p=min_p),
+            sampler.sample(shard, temp, seeds, top_p=0.9),
+            sampler.sample(shard, temp, seeds, min_p=min_p),
+            sampler.logprobs(shard, ids, 5),
+        )
 
     fill(0)
     step()  # builds every exchange this graph uses (collective), outside capture
@@ -216,13 +233,26 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
 
 @pytest.mark.parametrize("world_size,placement", CASES)
 def test_matches_gathered(world_size: int, placement: str) -> None:
-    results = run_ranks(_eager, world_size, random.randrange(2**31), placement,
-                        env=placement_env(placement), timeout=900)
+    results = run_ranks(
+        _eager,
+        world_size,
+        random.randrange(2**31),
+        placement,
+        env=placement_env(placement),
+        timeout=900,
+    )
     assert results == ["symm_mem"] * world_size
 
 
 @pytest.mark.parametrize("world_size,placement", CASES)
 def test_cuda_graph_replay(world_size: int, placement: str) -> None:
-    results = run_ranks(_graphs, world_size, random.randrange(2**31), placement, 4099,
-                        env=placement_env(placement), timeout=900)
+    results = run_ranks(
+        _graphs,
+        world_size,
+        random.randrange(2**31),
+        placement,
+        4099,
+        env=placement_env(placement),
+        timeout=900,
+    )
     assert results == [7] * world_size

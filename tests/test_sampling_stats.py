@@ -30,12 +30,21 @@ R = 20_000
 V = 96
 ALPHA = 1e-6
 # (temperature, top_k, logits kind); "ties" puts four equal logits at the k-th value.
-CONFIGS = ((1.0, None, "random"), (0.5, None, "random"), (2.0, None, "random"),
-           (1.0, 5, "random"), (0.7, 3, "ties"), (1.3, 70, "random"))  # 70 > 64: radix select
+CONFIGS = (
+    (1.0, None, "random"),
+    (0.5, None, "random"),
+    (2.0, None, "random"),
+    (1.0, 5, "random"),
+    (0.7, 3, "ties"),
+    (1.3, 70, "random"),
+)  # 70 > 64: radix select
 # (temperature, filters, logits kind): top-p / min-p, alone, mixed, and a top-p cut in a run.
-FILTERED = ((1.0, dict(top_p=0.8), "random"), (0.7, dict(min_p=0.05), "random"),
-            (1.5, dict(top_p=0.9, min_p=0.02, top_k=30), "random"),
-            (1.0, dict(top_p=0.55), "ties"))
+FILTERED = (
+    (1.0, dict(top_p=0.8), "random"),
+    (0.7, dict(min_p=0.05), "random"),
+    (1.5, dict(top_p=0.9, min_p=0.02, top_k=30), "random"),
+    (1.0, dict(top_p=0.55), "ties"),
+)
 
 
 def chi2_sf(x: float, df: int) -> float:
@@ -71,8 +80,14 @@ def chi2_sf(x: float, df: int) -> float:
 
 
 def test_chi2_sf_known_values() -> None:
-    for x, df, p in ((3.841459, 1, 0.05), (18.307038, 10, 0.05), (124.342113, 100, 0.05),
-                     (0.0158, 1, 0.9), (2.0, 2, math.exp(-1.0)), (30.577914, 15, 0.01)):
+    for x, df, p in (
+        (3.841459, 1, 0.05),
+        (18.307038, 10, 0.05),
+        (124.342113, 100, 0.05),
+        (0.0158, 1, 0.9),
+        (2.0, 2, math.exp(-1.0)),
+        (30.577914, 15, 0.01),
+    ):
         assert abs(chi2_sf(x, df) - p) < 2e-6 * max(1.0, p / 1e-3), (x, df, chi2_sf(x, df))
 
 
@@ -132,7 +147,7 @@ def _draw(rank: int, world: int, seed: int, configs) -> list[list[int]]:
     out = []
     for i, (t, k, kind) in enumerate(configs):
         x = row_logits(seed + i, kind)
-        shard = x[rank * n:(rank + 1) * n].expand(R, n).to(torch.float32).contiguous()
+        shard = x[rank * n : (rank + 1) * n].expand(R, n).to(torch.float32).contiguous()
         seeds = torch.arange(R) + (seed * 1_000_003 + i) * R
         f = k if isinstance(k, dict) else dict(top_k=k)
         tokens = sampling.sample(shard, torch.full((R,), t), seeds, **f)
@@ -213,4 +228,4 @@ def test_noise_is_uniform_and_independent() -> None:
         assert chi2_p(cells, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA
     gamma = 0.5772156649
     assert abs(float(g.double().mean()) - gamma) < 0.01
-    assert abs(float(g.double().var()) - math.pi ** 2 / 6) < 0.05
+    assert abs(float(g.double().var()) - math.pi**2 / 6) < 0.05

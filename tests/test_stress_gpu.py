@@ -34,11 +34,24 @@ POISON = {torch.bfloat16: -5.0, torch.float16: -5.0, torch.float32: -5.0}
 
 def _stress(rank: int, world: int, placement: str, calls: int) -> int:
     device = rank_device(rank, placement)
-    kinds = [(dtype, width) for dtype in (torch.bfloat16, torch.float16, torch.float32)
-             for width in (1001, 151552 // world)]
+    kinds = [
+        (dtype, width)
+        for dtype in (torch.bfloat16, torch.float16, torch.float32)
+        for width in (1001, 151552 // world)
+    ]
     # A failing rank stops calling: its peers then time out (and raise) instead of hanging.
-    gathers = [LogitsGather(columns=w, capacity=CAPACITY, device=device, dtype=d, graphs=False,
-                            timeout_s=20.0, on_timeout="raise") for d, w in kinds]
+    gathers = [
+        LogitsGather(
+            columns=w,
+            capacity=CAPACITY,
+            device=device,
+            dtype=d,
+            graphs=False,
+            timeout_s=20.0,
+            on_timeout="raise",
+        )
+        for d, w in kinds
+    ]
     for g in gathers:
         assert g.backend == "symm_mem", g.backend
         g._impl._buffers.slots.fill_(POISON[g.dtype])
@@ -53,7 +66,7 @@ def _stress(rank: int, world: int, placement: str, calls: int) -> int:
             m = rng.randint(1, CAPACITY)
             gen.manual_seed(call)
             full = random_full(gen, m, world * width, dtype, device)
-            shard = full[:, rank * width:(rank + 1) * width].contiguous()
+            shard = full[:, rank * width : (rank + 1) * width].contiguous()
             slot = g._impl._eager
             # the slot this call writes held call k-3's rows; peers write it only in this
             # call, which they start after this rank issued call k-1

@@ -34,7 +34,7 @@ def _timeout(rank: int, world: int, placement: str, mode: str, peer: str) -> str
     assert g.backend == "symm_mem", g.backend
     gen = torch.Generator(device=device).manual_seed(5)
     full = random_full(gen, 3, world * COLUMNS, torch.bfloat16, device)
-    shard = full[:, rank * COLUMNS:(rank + 1) * COLUMNS].contiguous()
+    shard = full[:, rank * COLUMNS : (rank + 1) * COLUMNS].contiguous()
     torch.cuda.synchronize()
     dist.barrier()
     message = "peer"
@@ -74,6 +74,14 @@ def _timeout(rank: int, world: int, placement: str, mode: str, peer: str) -> str
 @pytest.mark.parametrize("mode", ["raise", "trap"])
 def test_peer_timeout(mode: str, peer: str) -> None:
     placement = _placement()
-    messages = run_ranks(_timeout, 2, placement, mode, peer, env=placement_env(placement),
-                         timeout=120, hard_exit=mode == "trap")
+    messages = run_ranks(
+        _timeout,
+        2,
+        placement,
+        mode,
+        peer,
+        env=placement_env(placement),
+        timeout=120,
+        hard_exit=mode == "trap",
+    )
     assert "CTA" in messages[0]

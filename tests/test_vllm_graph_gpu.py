@@ -75,17 +75,19 @@ def _drafter(rank: int, world: int, placement: str, replays: int) -> None:
     rng = random.Random(11)
     gen = torch.Generator(device=device).manual_seed(5)  # the same weights on every rank
     w_full = torch.randn(HIDDEN, VOCAB, generator=gen, device=device).to(dtype)
-    w = w_full[:, rank * cols:(rank + 1) * cols].contiguous()
+    w = w_full[:, rank * cols : (rank + 1) * cols].contiguous()
     e = torch.randn(VOCAB, HIDDEN, generator=gen, device=device).to(dtype)
-    target = LogitsGather(cols, 32, device, dtype=dtype, graphs=False, timeout_s=60.0,
-                          on_timeout="raise")
-    draft = LogitsGather(cols, max(SIZES), device, dtype=dtype, graphs=True, timeout_s=60.0,
-                         on_timeout="raise")
+    target = LogitsGather(
+        cols, 32, device, dtype=dtype, graphs=False, timeout_s=60.0, on_timeout="raise"
+    )
+    draft = LogitsGather(
+        cols, max(SIZES), device, dtype=dtype, graphs=True, timeout_s=60.0, on_timeout="raise"
+    )
     assert draft.backend == target.backend == "symm_mem"
     ok, message = True, ""
     try:
         profile = _Chain(max(SIZES), cols, device, dtype)  # profile_run's eager propose
-        profile.h.copy_(e[:max(SIZES)])
+        profile.h.copy_(e[: max(SIZES)])
         profile.run(draft, w, e)
         _check(profile, world, "profile")
         chains, graphs = {}, {}
@@ -94,7 +96,7 @@ def _drafter(rank: int, world: int, placement: str, replays: int) -> None:
         with torch.cuda.stream(side):
             for m in SIZES:
                 chains[m] = _Chain(m, cols, device, dtype)
-                chains[m].h.copy_(e[m:2 * m])
+                chains[m].h.copy_(e[m : 2 * m])
                 chains[m].run(draft, w, e)  # warm-up, eager, on the capture stream
                 graphs[m] = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graphs[m], stream=side):

@@ -67,8 +67,11 @@ def _topk_scores(logits, num_logprobs, token_ids, logits_mode=False):
 
     ids = torch.cat((token_ids.unsqueeze(-1), logits.topk(num_logprobs, -1).indices), 1)
     picked = logits.gather(-1, token_ids.unsqueeze(-1))
-    return SimpleNamespace(logprob_token_ids=ids, logprobs=logits.gather(-1, ids).float(),
-                           selected_token_ranks=(logits > picked).sum(-1))
+    return SimpleNamespace(
+        logprob_token_ids=ids,
+        logprobs=logits.gather(-1, ids).float(),
+        selected_token_ranks=(logits > picked).sum(-1),
+    )
 
 
 def _v2_and_v1(rank: int, ours, ref, lm_head, seed: int) -> None:
@@ -85,23 +88,32 @@ def _v2_and_v1(rank: int, ours, ref, lm_head, seed: int) -> None:
     for step, (tokens, reqs) in enumerate([(9, 3), (MAX_NUM_SEQS, MAX_NUM_SEQS), (40, 2)]):
         # V2 sample(): logits for the last token of each request, bitmask in place.
         states = hidden(seed + 100 + step, tokens, torch.float32)
-        logits_indices = torch.randperm(tokens, generator=torch.Generator().manual_seed(
-            seed + step))[:reqs].sort().values
+        logits_indices = (
+            torch.randperm(tokens, generator=torch.Generator().manual_seed(seed + step))[:reqs]
+            .sort()
+            .values
+        )
         mask = torch.rand(reqs, VOCAB, generator=torch.Generator().manual_seed(step)) < 0.3
         with torch.inference_mode():
             got = ours(lm_head, states[logits_indices])
             want = ref(lm_head, states[logits_indices])
             got.masked_fill_(mask, float("-inf"))
             want.masked_fill_(mask, float("-inf"))
-            _same(got.to(torch.float32).softmax(-1), want.to(torch.float32).softmax(-1),
-                  f"rank {rank} V2 sample step {step}")
+            _same(
+                got.to(torch.float32).softmax(-1),
+                want.to(torch.float32).softmax(-1),
+                f"rank {rank} V2 sample step {step}",
+            )
     # V2 prompt logprobs: 1024-row chunks (the first above capacity, the second not).
     prompt = hidden(seed + 7, 1024 + 5, torch.float32)
     ids = torch.randint(0, VOCAB, (1024 + 5,), generator=torch.Generator().manual_seed(seed))
     before = dict(ours.gather_counts)
-    results = [prompt_logprob.compute_prompt_logprobs_with_chunking(
-        ids, prompt, lambda x, p=p: p(lm_head, x), 3, logprobs_mode="raw_logits")
-        for p in (ours, ref)]
+    results = [
+        prompt_logprob.compute_prompt_logprobs_with_chunking(
+            ids, prompt, lambda x, p=p: p(lm_head, x), 3, logprobs_mode="raw_logits"
+        )
+        for p in (ours, ref)
+    ]
     for got, want in zip(*results, strict=True):
         _same(got, want, f"rank {rank} prompt logprobs")
     assert ours.gather_counts["logits_gather"] - before["logits_gather"] == 1
@@ -127,8 +139,9 @@ def _lora(rank: int, ours, ref, lm_head, seed: int) -> None:
 
     layers = []
     for base in (ours, ref):
-        layer = LogitsProcessorWithLoRA(base, HIDDEN, torch.float32, torch.device("cpu"),
-                                        lm_head.get_sharded_to_full_mapping())
+        layer = LogitsProcessorWithLoRA(
+            base, HIDDEN, torch.float32, torch.device("cpu"), lm_head.get_sharded_to_full_mapping()
+        )
         config = LoRAConfig(max_lora_rank=8, max_loras=1, lora_dtype=torch.float32)
         layer.create_lora_weights(1, config)
         layer.set_mapping(Punica())
@@ -137,7 +150,6 @@ def _lora(rank: int, ours, ref, lm_head, seed: int) -> None:
         h = hidden(seed + 50 + step, m, torch.float32)
         got, want = (layer._get_logits(h, lm_head) for layer in layers)
         _same(got, want, f"rank {rank} LoRA step {step}")
-
 
 
 def _drafters(rank: int, world_size: int, seed: int, counts: dict) -> None:
@@ -167,8 +179,11 @@ def _drafters(rank: int, world_size: int, seed: int, counts: dict) -> None:
     modes["now"] = "compiling"
     _same(draft(lm_head, h), ref(lm_head, h), "torch.compile tracing")
     modes["now"] = "eager"
-    _same(draft(lm_head, hidden(seed, 5, torch.float32)),
-          ref(lm_head, hidden(seed, 5, torch.float32)), "above the drafter's capacity")
+    _same(
+        draft(lm_head, hidden(seed, 5, torch.float32)),
+        ref(lm_head, hidden(seed, 5, torch.float32)),
+        "above the drafter's capacity",
+    )
     counts["drafter"] = dict(draft.gather_counts)
     processor.speculator_captures_full = lambda config: False  # V1 or no FULL graphs
     with set_model_tag("draft_model"):
@@ -176,10 +191,20 @@ def _drafters(rank: int, world_size: int, seed: int, counts: dict) -> None:
     assert v1_draft.role == "drafter" and not v1_draft.graphs
 
 
-TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,
-              "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "vocab_size": VOCAB, "max_position_embeddings": 256,
-              "rms_norm_eps": 1e-5, "torch_dtype": "float32", "tie_word_embeddings": False}
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": HIDDEN,
+    "intermediate_size": 128,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+    "tie_word_embeddings": False,
+}
 
 
 def _real_model(rank: int, seed: int, model_dir: str, counts: dict) -> None:
@@ -196,12 +221,19 @@ def _real_model(rank: int, seed: int, model_dir: str, counts: dict) -> None:
 
     from logits_gather.vllm.processor import GatherLogitsProcessor
 
-    model_config = ModelConfig(model=model_dir, skip_tokenizer_init=True, dtype="float32",
-                               max_model_len=256)
-    config = VllmConfig(model_config=model_config, additional_config={"logits_gather": TD},
-                        scheduler_config=SchedulerConfig(
-                            max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=256,
-                            max_model_len=256, is_encoder_decoder=False))
+    model_config = ModelConfig(
+        model=model_dir, skip_tokenizer_init=True, dtype="float32", max_model_len=256
+    )
+    config = VllmConfig(
+        model_config=model_config,
+        additional_config={"logits_gather": TD},
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=MAX_NUM_SEQS,
+            max_num_batched_tokens=256,
+            max_model_len=256,
+            is_encoder_decoder=False,
+        ),
+    )
     models = []
     for plugin in (True, False):
         saved = None if plugin else op_registry_oot.pop("LogitsProcessor")
@@ -253,8 +285,9 @@ def _paths_rank(rank: int, world_size: int, seed: int, model_dir: str) -> dict:
 
 def test_runner_call_paths(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
-    results = run_ranks(_paths_rank, 2, random.randrange(1 << 30), str(tmp_path), env=ENV,
-                        timeout=300)
+    results = run_ranks(
+        _paths_rank, 2, random.randrange(1 << 30), str(tmp_path), env=ENV, timeout=300
+    )
     for counts in results:
         # profile + 3 V2 steps + 1 prompt chunk + V1 step + 1 V1 prompt row set;
         # vLLM: one 1024-row chunk and one 7-row V1 prompt.

@@ -45,13 +45,23 @@ def vllm_ranks(rank: int, world_size: int, additional_config: dict | None = None
     from vllm.plugins import load_general_plugins
 
     config = VllmConfig(
-        scheduler_config=SchedulerConfig(max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=2048,
-                                         max_model_len=2048, is_encoder_decoder=False),
-        additional_config={"logits_gather": additional_config} if additional_config else {})
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=MAX_NUM_SEQS,
+            max_num_batched_tokens=2048,
+            max_model_len=2048,
+            is_encoder_decoder=False,
+        ),
+        additional_config={"logits_gather": additional_config} if additional_config else {},
+    )
     load_general_plugins()  # WorkerWrapperBase.init_worker: before the config is current
     with set_current_vllm_config(config):
-        init_distributed_environment(world_size=world_size, rank=rank, local_rank=rank,
-                                     distributed_init_method="env://", backend="gloo")
+        init_distributed_environment(
+            world_size=world_size,
+            rank=rank,
+            local_rank=rank,
+            distributed_init_method="env://",
+            backend="gloo",
+        )
         initialize_model_parallel(tensor_model_parallel_size=world_size)
         yield config
 
@@ -111,7 +121,8 @@ def check_steps(ours, ref, lm_head, seed: int, sizes, dtype, rank: int) -> None:
         got, want = ours(lm_head, h), ref(lm_head, h)
         assert got.shape == want.shape and got.stride() == want.stride()
         assert same_bits(got, want), f"rank {rank} {dtype} step {step} m {m}: " + mismatch(
-            got, want)
+            got, want
+        )
         if previous is not None:
             assert same_bits(*previous), f"rank {rank} step {step}: earlier result changed"
         previous = (got, want.clone())
@@ -128,15 +139,23 @@ def _bits_rank(rank: int, world_size: int, seed: int, cap: int) -> dict:
     with vllm_ranks(rank, world_size):  # settings from LOGITS_GATHER_VLLM_* only
         assert op_registry_oot.get("LogitsProcessor") is GatherLogitsProcessor, (
             "vLLM did not load the logits_gather plugin: is its vllm.general_plugins entry "
-            "point installed (pip install -e .[vllm])?")
+            "point installed (pip install -e .[vllm])?"
+        )
         for dtype in (torch.bfloat16, torch.float32):
             lm_head = head(seed, rank, dtype)
             assert lm_head.weight.shape[0] == PADDED // world_size
             for kwargs in ({}, {"org_vocab_size": VOCAB - 37, "scale": 0.5}):
                 ours = LogitsProcessor(VOCAB, **kwargs)
                 assert type(ours) is GatherLogitsProcessor and ours.role == "target"
-                check_steps(ours, stock(VOCAB, **kwargs), lm_head, seed,
-                            [1, cap, 2, cap + 1, 3, cap, 1, 4], dtype, rank)
+                check_steps(
+                    ours,
+                    stock(VOCAB, **kwargs),
+                    lm_head,
+                    seed,
+                    [1, cap, 2, cap + 1, 3, cap, 1, 4],
+                    dtype,
+                    rank,
+                )
                 assert ours.gather_capacity == cap and not ours._copy
                 counts[f"{dtype}-{len(kwargs)}"] = dict(ours.gather_counts)
     chosen = [m for m in messages if "fast path (backend=torch.distributed" in m]
@@ -171,8 +190,10 @@ def _decisions_rank(rank: int, world_size: int, seed: int) -> list[str]:
         ours = LogitsProcessor(VOCAB)
         check_steps(ours, stock(VOCAB), lm_head, seed, [4, 2], torch.float32, rank)
         assert ours._lg is None and ours.gather_counts == {"logits_gather": 0, "vllm": 2}
-        off = VllmConfig(scheduler_config=config.scheduler_config,
-                         additional_config={"logits_gather": {"disable": "1"}})
+        off = VllmConfig(
+            scheduler_config=config.scheduler_config,
+            additional_config={"logits_gather": {"disable": "1"}},
+        )
         with set_current_vllm_config(off):
             disabled = LogitsProcessor(VOCAB)
         check_steps(disabled, stock(VOCAB), lm_head, seed, [2], torch.float32, rank)

@@ -12,44 +12,62 @@ import torch
 from logits_gather.vllm import memory
 from logits_gather.vllm.settings import Settings, env_disabled
 
-needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                reason="needs the real vllm package")
+needs_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="needs the real vllm package"
+)
 QWEN = 151_936  # Qwen3's vocabulary; a multiple of 64, so vLLM's padded width too
 
 
 def test_defaults_and_sources() -> None:
     got = Settings.load(None, {})
-    assert (got.disable, got.capacity, got.memory_mib, got.min_free_mib, got.backend,
-            got.timeout_s, got.on_timeout, got.drafters) == (
-        False, None, 256.0, 2048.0, "auto", 300.0, "trap", True)
+    assert (
+        got.disable,
+        got.capacity,
+        got.memory_mib,
+        got.min_free_mib,
+        got.backend,
+        got.timeout_s,
+        got.on_timeout,
+        got.drafters,
+    ) == (False, None, 256.0, 2048.0, "auto", 300.0, "trap", True)
     assert got.describe() == "all defaults"
 
 
 def test_additional_config_wins_over_environment() -> None:
-    env = {"LOGITS_GATHER_VLLM_CAPACITY": "64", "LOGITS_GATHER_VLLM_BACKEND": "symm_mem",
-           "LOGITS_GATHER_VLLM_ON_TIMEOUT": "raise"}
-    got = Settings.load({"logits_gather": {"capacity": 8, "timeout_s": 60, "drafters": "off"}},
-                        env)
+    env = {
+        "LOGITS_GATHER_VLLM_CAPACITY": "64",
+        "LOGITS_GATHER_VLLM_BACKEND": "symm_mem",
+        "LOGITS_GATHER_VLLM_ON_TIMEOUT": "raise",
+    }
+    got = Settings.load({"logits_gather": {"capacity": 8, "timeout_s": 60, "drafters": "off"}}, env)
     assert (got.capacity, got.backend, got.timeout_s, got.on_timeout, got.drafters) == (
-        8, "symm_mem", 60.0, "raise", False)
+        8,
+        "symm_mem",
+        60.0,
+        "raise",
+        False,
+    )
     assert "capacity=8 (additional_config)" in got.describe()
     assert "backend=symm_mem (LOGITS_GATHER_VLLM_BACKEND)" in got.describe()
     other = Settings.load({"other_plugin": {"x": 1}}, {})  # other keys are not ours
     assert other == Settings()
 
 
-@pytest.mark.parametrize("config,env,match", [
-    (None, {"LOGITS_GATHER_VLLM_DISABLE": "maybe"}, "LOGITS_GATHER_VLLM_DISABLE.*maybe"),
-    (None, {"LOGITS_GATHER_VLLM_CAPACITY": "0"}, "LOGITS_GATHER_VLLM_CAPACITY.*'0'"),
-    (None, {"LOGITS_GATHER_VLLM_CAPACITY": "many"}, "LOGITS_GATHER_VLLM_CAPACITY.*many"),
-    (None, {"LOGITS_GATHER_VLLM_BACKEND": "nccl"}, "LOGITS_GATHER_VLLM_BACKEND.*nccl"),
-    (None, {"LOGITS_GATHER_VLLM_TIMEOUT_S": "-1"}, "LOGITS_GATHER_VLLM_TIMEOUT_S.*-1"),
-    (None, {"LOGITS_GATHER_VLLM_ON_TIMEOUT": "hang"}, "ON_TIMEOUT.*hang"),
-    ({"logits_gather": {"capacity": 2.5}}, {}, r"\['capacity'\].*2.5"),
-    ({"logits_gather": {"memory_mib": "lots"}}, {}, r"\['memory_mib'\].*lots"),
-    ({"logits_gather": {"capcity": 8}}, {}, "unknown keys.*capcity"),
-    ({"logits_gather": [1]}, {}, "must be a dict"),
-])
+@pytest.mark.parametrize(
+    "config,env,match",
+    [
+        (None, {"LOGITS_GATHER_VLLM_DISABLE": "maybe"}, "LOGITS_GATHER_VLLM_DISABLE.*maybe"),
+        (None, {"LOGITS_GATHER_VLLM_CAPACITY": "0"}, "LOGITS_GATHER_VLLM_CAPACITY.*'0'"),
+        (None, {"LOGITS_GATHER_VLLM_CAPACITY": "many"}, "LOGITS_GATHER_VLLM_CAPACITY.*many"),
+        (None, {"LOGITS_GATHER_VLLM_BACKEND": "nccl"}, "LOGITS_GATHER_VLLM_BACKEND.*nccl"),
+        (None, {"LOGITS_GATHER_VLLM_TIMEOUT_S": "-1"}, "LOGITS_GATHER_VLLM_TIMEOUT_S.*-1"),
+        (None, {"LOGITS_GATHER_VLLM_ON_TIMEOUT": "hang"}, "ON_TIMEOUT.*hang"),
+        ({"logits_gather": {"capacity": 2.5}}, {}, r"\['capacity'\].*2.5"),
+        ({"logits_gather": {"memory_mib": "lots"}}, {}, r"\['memory_mib'\].*lots"),
+        ({"logits_gather": {"capcity": 8}}, {}, "unknown keys.*capcity"),
+        ({"logits_gather": [1]}, {}, "must be a dict"),
+    ],
+)
 def test_bad_values_name_the_setting(config, env, match) -> None:
     with pytest.raises(ValueError, match=match):
         Settings.load(config, env)
@@ -61,10 +79,12 @@ def test_env_disabled() -> None:
 
 
 def _config(seqs: int, k: int | None = None, parallel: bool = False) -> SimpleNamespace:
-    spec = None if k is None else SimpleNamespace(num_speculative_tokens=k,
-                                                  parallel_drafting=parallel)
-    return SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=seqs),
-                           speculative_config=spec)
+    spec = (
+        None if k is None else SimpleNamespace(num_speculative_tokens=k, parallel_drafting=parallel)
+    )
+    return SimpleNamespace(
+        scheduler_config=SimpleNamespace(max_num_seqs=seqs), speculative_config=spec
+    )
 
 
 def test_rows_for_target_and_drafters() -> None:
@@ -98,7 +118,9 @@ def test_fit_problem_uses_free_memory(monkeypatch) -> None:
     assert seen == "3000 MiB free before"
     monkeypatch.undo()
     assert memory.fit_problem(torch.device("cpu"), 1 << 40, 2048) == (
-        None, "free memory not checked on cpu")
+        None,
+        "free memory not checked on cpu",
+    )
 
 
 @needs_vllm
@@ -117,12 +139,13 @@ def test_drafter_role_and_full_graph_rule() -> None:
         assert processor.current_role() == "target"
 
     def config(v2: bool, eager: bool, mode: CUDAGraphMode) -> SimpleNamespace:
-        return SimpleNamespace(use_v2_model_runner=v2,
-                               model_config=SimpleNamespace(enforce_eager=eager),
-                               compilation_config=SimpleNamespace(cudagraph_mode=mode))
+        return SimpleNamespace(
+            use_v2_model_runner=v2,
+            model_config=SimpleNamespace(enforce_eager=eager),
+            compilation_config=SimpleNamespace(cudagraph_mode=mode),
+        )
 
-    assert processor.speculator_captures_full(config(True, False,
-                                                     CUDAGraphMode.FULL_AND_PIECEWISE))
+    assert processor.speculator_captures_full(config(True, False, CUDAGraphMode.FULL_AND_PIECEWISE))
     assert not processor.speculator_captures_full(config(True, False, CUDAGraphMode.PIECEWISE))
     assert not processor.speculator_captures_full(config(True, True, CUDAGraphMode.FULL))
     assert not processor.speculator_captures_full(config(False, False, CUDAGraphMode.FULL))

@@ -49,8 +49,7 @@ def kernel() -> Any:
         from triton.language.extra.cuda import globaltimer
 
         @triton.jit(do_not_specialize=["world", "timeout_ns"])
-        def _barrier(flag_ptrs, own_flag, counter, world, timeout_ns,
-                     WORLD_P2: tl.constexpr):
+        def _barrier(flag_ptrs, own_flag, counter, world, timeout_ns, WORLD_P2: tl.constexpr):
             lane = tl.arange(0, WORLD_P2)
             mask = lane < world
             epoch = tl.load(counter)
@@ -86,16 +85,26 @@ class BarrierProbe:
         self.flag.zero_()
         self.handle = symm_mem.rendezvous(self.flag, ctx.group)
         offset = self.flag.data_ptr() - int(self.handle.buffer_ptrs[ctx.rank])  # bases only
-        self.ptrs = torch.tensor([int(self.handle.buffer_ptrs[p]) + offset for p in range(w)],
-                                 dtype=torch.int64, device=dev)
+        self.ptrs = torch.tensor(
+            [int(self.handle.buffer_ptrs[p]) + offset for p in range(w)],
+            dtype=torch.int64,
+            device=dev,
+        )
         self.counter = torch.zeros(2, dtype=torch.int32, device=dev)
         self.p2 = max(2, 1 << (w - 1).bit_length())
         torch.cuda.synchronize(dev)
         self.handle.barrier(channel=0)  # every flag is zero before anyone signals
 
     def __call__(self, _: Any = None) -> None:
-        kernel()[(1,)](self.ptrs, self.flag, self.counter, self.world, TIMEOUT_NS,
-                       WORLD_P2=self.p2, num_warps=1)
+        kernel()[(1,)](
+            self.ptrs,
+            self.flag,
+            self.counter,
+            self.world,
+            TIMEOUT_NS,
+            WORLD_P2=self.p2,
+            num_warps=1,
+        )
 
     def timed_out(self) -> bool:
         return bool(self.counter[1].item())
@@ -127,19 +136,27 @@ def barrier_latency(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
     replays = max(3, min(50, ctx.cfg.replays * 5))
     times = [clock.replay(graph, replays, CAPTURED) for _ in range(max(3, ctx.cfg.bursts))]
     ctx.sync()
-    dead = ctx.first_reason("a spin timed out (a peer never signalled)"
-                            if probe.timed_out() else None)
+    dead = ctx.first_reason(
+        "a spin timed out (a peer never signalled)" if probe.timed_out() else None
+    )
     expected = 3 + 3 + CAPTURED * len(times) * (replays + 1)  # eager, capture warm-up, replays
     count, flag = probe.launches(), int(probe.flag[0].item())
-    wrong = ctx.first_reason(None if (count, flag) == (expected, expected * ctx.world) else
-                             f"ran {count} epochs with flag {flag}, expected {expected} and "
-                             f"{expected * ctx.world}")
+    wrong = ctx.first_reason(
+        None
+        if (count, flag) == (expected, expected * ctx.world)
+        else f"ran {count} epochs with flag {flag}, expected {expected} and {expected * ctx.world}"
+    )
     local = statistics.median(times)
     per_rank = ctx.gather(local)
     del graph
     if dead or wrong:
         return {"status": "unavailable", "reason": dead or wrong}
-    return {"status": "ok", "us": max(per_rank), "per_rank": per_rank,
-            "launches_per_graph": CAPTURED, "replays": replays,
-            "source": "independent probe: one CTA per rank signals every rank with one vector "
-                      "release atomic, then acquire-spins on its own flag; CUDA-graph replay"}
+    return {
+        "status": "ok",
+        "us": max(per_rank),
+        "per_rank": per_rank,
+        "launches_per_graph": CAPTURED,
+        "replays": replays,
+        "source": "independent probe: one CTA per rank signals every rank with one vector "
+        "release atomic, then acquire-spins on its own flag; CUDA-graph replay",
+    }

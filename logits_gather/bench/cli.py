@@ -16,13 +16,13 @@ TIMED = tuple(m for m in METHODS if m != "limit")
 
 # knob: (full run, --quick run)
 KNOBS: dict[str, tuple[Any, Any]] = {
-    "bursts": (5, 3),         # timed bursts per method, M and pass
-    "iters": (50, 20),        # at most this many calls per burst
+    "bursts": (5, 3),  # timed bursts per method, M and pass
+    "iters": (50, 20),  # at most this many calls per burst
     "budget_ms": (20.0, 4.0),  # aim a burst at this much device time
-    "warmup": (5, 3),         # untimed calls before each method's first burst at an M
+    "warmup": (5, 3),  # untimed calls before each method's first burst at an M
     "host_calls": (100, 40),  # calls per host-cost measurement
-    "replays": (10, 3),       # graph replays per burst
-    "limit_mib": (64, 16),    # egress per rank of the peer-bandwidth probe
+    "replays": (10, 3),  # graph replays per burst
+    "limit_mib": (64, 16),  # egress per rank of the peer-bandwidth probe
 }
 
 
@@ -75,7 +75,8 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
         values = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
     except ValueError:
         raise UsageError(
-            f"{flag} must be a comma-separated list of integers, got {text!r}") from None
+            f"{flag} must be a comma-separated list of integers, got {text!r}"
+        ) from None
     if not values or any(v < 1 for v in values):
         raise UsageError(f"{flag} must list positive integers, got {text!r}")
     return values
@@ -85,42 +86,77 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m logits_gather.bench",
         description="Times LogitsGather against vLLM's stock all-gather, NCCL symmetric kernels "
-                    "and torch's copy-engine all-gather, interleaved in one run.")
-    p.add_argument("--tp", type=int, default=None,
-                   help="ranks (default: all visible GPUs; 2 on one GPU or on CPU)")
-    p.add_argument("--rows", default=",".join(map(str, DEFAULT_ROWS)),
-                   help="list of M (default %(default)s)")
-    p.add_argument("--vocab", default="151552",
-                   help="list of vocab sizes V, each divisible by tp (default %(default)s)")
+        "and torch's copy-engine all-gather, interleaved in one run.",
+    )
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=None,
+        help="ranks (default: all visible GPUs; 2 on one GPU or on CPU)",
+    )
+    p.add_argument(
+        "--rows", default=",".join(map(str, DEFAULT_ROWS)), help="list of M (default %(default)s)"
+    )
+    p.add_argument(
+        "--vocab",
+        default="151552",
+        help="list of vocab sizes V, each divisible by tp (default %(default)s)",
+    )
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
-    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help="subset of " + ",".join(METHODS) + " (default %(default)s; ours_checked: "
-                        "LogitsGather(check_calls=True), to state the cost of call checks)")
-    p.add_argument("--out", default="bench-out",
-                   help="directory for the table (.txt), JSON and PNG (checked before the run)")
+    p.add_argument(
+        "--methods",
+        default=",".join(DEFAULT_METHODS),
+        help="subset of " + ",".join(METHODS) + " (default %(default)s; ours_checked: "
+        "LogitsGather(check_calls=True), to state the cost of call checks)",
+    )
+    p.add_argument(
+        "--out",
+        default="bench-out",
+        help="directory for the table (.txt), JSON and PNG (checked before the run)",
+    )
     p.add_argument("--quick", action="store_true", help="fewer, shorter bursts (smoke runs)")
     for knob, (full, quick) in KNOBS.items():
-        p.add_argument("--" + knob.replace("_", "-"), type=type(full), default=None,
-                       help=f"default {full}, {quick} with --quick")
+        p.add_argument(
+            "--" + knob.replace("_", "-"),
+            type=type(full),
+            default=None,
+            help=f"default {full}, {quick} with --quick",
+        )
     p.add_argument("--sets", type=int, default=4, help="input sets rotated between calls")
     p.add_argument("--graph-calls", type=int, default=8, help="calls captured per CUDA graph")
-    p.add_argument("--no-graphs", dest="graphs", action="store_false",
-                   help="skip CUDA-graph replay timing")
-    p.add_argument("--no-host", dest="host", action="store_false",
-                   help="skip host-cost timing")
-    p.add_argument("--colocate", action="store_true",
-                   help="put every rank on cuda:0 even when several GPUs are visible "
-                        "(latency only)")
-    p.add_argument("--ranks-per-gpu", type=int, default=None, metavar="R",
-                   help="R ranks per GPU, rank r on GPU r %% (tp/R): exercises tp above the GPU "
-                        "count with real cross-GPU flags; gloo process group, no stock or "
-                        "nccl_symm; LATENCY ONLY (start an MPS daemon first)")
-    p.add_argument("--ours-backend", default="auto",
-                   choices=("auto", "symm_mem", "torch.distributed"))
-    p.add_argument("--nccl-symm-route", default="mempool", choices=("mempool", "symm_mem"),
-                   help="how nccl_symm gets NCCL-window memory (see the package docstring)")
-    p.add_argument("--stall-timeout", type=float, default=300.0,
-                   help="seconds without progress from a rank before the run is killed")
+    p.add_argument(
+        "--no-graphs", dest="graphs", action="store_false", help="skip CUDA-graph replay timing"
+    )
+    p.add_argument("--no-host", dest="host", action="store_false", help="skip host-cost timing")
+    p.add_argument(
+        "--colocate",
+        action="store_true",
+        help="put every rank on cuda:0 even when several GPUs are visible (latency only)",
+    )
+    p.add_argument(
+        "--ranks-per-gpu",
+        type=int,
+        default=None,
+        metavar="R",
+        help="R ranks per GPU, rank r on GPU r %% (tp/R): exercises tp above the GPU "
+        "count with real cross-GPU flags; gloo process group, no stock or "
+        "nccl_symm; LATENCY ONLY (start an MPS daemon first)",
+    )
+    p.add_argument(
+        "--ours-backend", default="auto", choices=("auto", "symm_mem", "torch.distributed")
+    )
+    p.add_argument(
+        "--nccl-symm-route",
+        default="mempool",
+        choices=("mempool", "symm_mem"),
+        help="how nccl_symm gets NCCL-window memory (see the package docstring)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=300.0,
+        help="seconds without progress from a rank before the run is killed",
+    )
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
     return p
@@ -133,12 +169,15 @@ def parse(argv: list[str] | None = None) -> Config:
     if unknown or not methods:
         raise UsageError(f"--methods must be a subset of {','.join(METHODS)}, got {a.methods!r}")
     if not any(m in TIMED for m in methods):
-        raise UsageError(f"--methods {a.methods} times nothing: name at least one of "
-                         f"{','.join(TIMED)} (limit alone is only a ceiling for them)")
+        raise UsageError(
+            f"--methods {a.methods} times nothing: name at least one of "
+            f"{','.join(TIMED)} (limit alone is only a ceiling for them)"
+        )
     if a.ranks_per_gpu is not None and a.ranks_per_gpu < 1:
         raise UsageError(f"--ranks-per-gpu must be positive, got {a.ranks_per_gpu}")
-    knobs = {k: (getattr(a, k) if getattr(a, k) is not None else v[a.quick])
-             for k, v in KNOBS.items()}
+    knobs = {
+        k: (getattr(a, k) if getattr(a, k) is not None else v[a.quick]) for k, v in KNOBS.items()
+    }
     for name, value in {**knobs, "sets": a.sets, "graph_calls": a.graph_calls}.items():
         if value <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
@@ -148,16 +187,33 @@ def parse(argv: list[str] | None = None) -> Config:
         raise UsageError(f"--stall-timeout must be positive, got {a.stall_timeout}")
     rows = tuple(sorted(set(_ints(a.rows, "--rows"))))
     vocabs = tuple(dict.fromkeys(_ints(a.vocab, "--vocab")))
-    return Config(tp=a.tp, rows=rows, vocabs=vocabs, dtype=a.dtype,
-                  methods=tuple(m for m in METHODS if m in methods), out=a.out,
-                  sets=a.sets, graph_calls=a.graph_calls, graphs=a.graphs, host=a.host,
-                  colocate=a.colocate, ranks_per_gpu=a.ranks_per_gpu, ours_backend=a.ours_backend,
-                  nccl_symm_route=a.nccl_symm_route, stall_timeout=a.stall_timeout,
-                  seed=a.seed, quick=a.quick, fail_rank=a.fail_rank, **knobs)
+    return Config(
+        tp=a.tp,
+        rows=rows,
+        vocabs=vocabs,
+        dtype=a.dtype,
+        methods=tuple(m for m in METHODS if m in methods),
+        out=a.out,
+        sets=a.sets,
+        graph_calls=a.graph_calls,
+        graphs=a.graphs,
+        host=a.host,
+        colocate=a.colocate,
+        ranks_per_gpu=a.ranks_per_gpu,
+        ours_backend=a.ours_backend,
+        nccl_symm_route=a.nccl_symm_route,
+        stall_timeout=a.stall_timeout,
+        seed=a.seed,
+        quick=a.quick,
+        fail_rank=a.fail_rank,
+        **knobs,
+    )
 
 
 def check_divisible(vocabs: tuple[int, ...], tp: int) -> None:
     bad = [v for v in vocabs if v % tp]
     if bad:
-        raise UsageError(f"--vocab {','.join(map(str, bad))} is not divisible by --tp {tp}: every "
-                         f"rank holds vocab/tp columns (e.g. {bad[0]} % {tp} = {bad[0] % tp})")
+        raise UsageError(
+            f"--vocab {','.join(map(str, bad))} is not divisible by --tp {tp}: every "
+            f"rank holds vocab/tp columns (e.g. {bad[0]} % {tp} = {bad[0] % tp})"
+        )

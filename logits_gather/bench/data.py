@@ -7,8 +7,9 @@ import torch
 _BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
 
 
-def random_shard(seed: int, rows: int, columns: int, dtype: torch.dtype,
-                 device: torch.device) -> torch.Tensor:
+def random_shard(
+    seed: int, rows: int, columns: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     """Uniform random bit patterns (NaN, inf and subnormals included): a gather is a
     copy and must keep every bit. Generated on the CPU so every rank agrees."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -23,11 +24,25 @@ class InputSets:
     shard of set ``s``. Calls rotate through the sets so that consecutive calls never
     read the data the previous call just pulled into the cache."""
 
-    def __init__(self, *, seed: int, sets: int, world: int, capacity: int, columns: int,
-                 dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self,
+        *,
+        seed: int,
+        sets: int,
+        world: int,
+        capacity: int,
+        columns: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
         self.world, self.columns = world, columns
-        self.shards = [[random_shard(seed * 1_000_003 + s * 1009 + r, capacity, columns, dtype,
-                                     device) for r in range(world)] for s in range(sets)]
+        self.shards = [
+            [
+                random_shard(seed * 1_000_003 + s * 1009 + r, capacity, columns, dtype, device)
+                for r in range(world)
+            ]
+            for s in range(sets)
+        ]
 
     def mine(self, rank: int) -> list[torch.Tensor]:
         return [per_rank[rank] for per_rank in self.shards]

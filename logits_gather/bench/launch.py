@@ -32,9 +32,15 @@ def _free_port() -> int:
 
 def _child(cfg: Config, plan: Plan, rank: int, port: int, q) -> None:
     os.environ.update(rank_env(plan))
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(plan.tp), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(plan.tp), GLOO_SOCKET_IFNAME="lo")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(plan.tp),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(plan.tp),
+        GLOO_SOCKET_IFNAME="lo",
+    )
     try:
         from .worker import run
 
@@ -72,8 +78,10 @@ def _watch(procs, q, stall_s: float) -> list[str]:
             if p.exitcode is not None and q.empty():
                 errors[r] = f"rank {r} died with exit code {p.exitcode} at step {last[r][1]!r}"
             elif now - last[r][0] > stall_s:
-                errors[r] = (f"rank {r} stalled: no progress for {stall_s:.0f} s after step "
-                             f"{last[r][1]!r} (killed)")
+                errors[r] = (
+                    f"rank {r} stalled: no progress for {stall_s:.0f} s after step "
+                    f"{last[r][1]!r} (killed)"
+                )
             elif give_up_at is not None and now > give_up_at:
                 errors[r] = f"rank {r} killed after another rank failed (at step {last[r][1]!r})"
         if errors and give_up_at is None:
@@ -88,8 +96,10 @@ def spawn(cfg: Config, plan: Plan) -> int:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_child, args=(cfg, plan, r, port, q), daemon=True,
-                         name=f"bench-rank{r}") for r in range(plan.tp)]
+    procs = [
+        ctx.Process(target=_child, args=(cfg, plan, r, port, q), daemon=True, name=f"bench-rank{r}")
+        for r in range(plan.tp)
+    ]
     problems: list[str] = []
     try:
         for p in procs:
@@ -106,13 +116,18 @@ def spawn(cfg: Config, plan: Plan) -> int:
             p.kill()
             p.join(5)
         if stuck and not problems:
-            print(f"warning: {len(stuck)} rank(s) did not exit within 10 s after finishing and "
-                  "were killed", file=sys.stderr)
+            print(
+                f"warning: {len(stuck)} rank(s) did not exit within 10 s after finishing and "
+                "were killed",
+                file=sys.stderr,
+            )
         q.close()
         q.join_thread()
     if problems:
-        print(f"\nbenchmark FAILED ({plan.tp} ranks, {plan.mode}):\n" + "\n".join(problems),
-              file=sys.stderr)
+        print(
+            f"\nbenchmark FAILED ({plan.tp} ranks, {plan.mode}):\n" + "\n".join(problems),
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -60,16 +60,25 @@ def derive(rows: list[dict], found: dict[str, Any], plan: Any, cfg: Any) -> dict
     """Fills each row's ``limit_us``, ``pct_of_limit`` (clipped), ``pct_of_limit_raw``
     and ``pct_clipped``; returns the run's limit entry."""
     push, barrier = found["push"], found["barrier"]
-    limit: dict[str, Any] = {"push": push, "barrier": barrier, "candidates_gbps": {},
-                             "definition": "floor + egress / bandwidth (see limit.py)"}
-    reason = why_not(plan, cfg) or (None if barrier.get("status") == "ok"
-                                    else f"barrier probe: {barrier.get('reason')}")
+    limit: dict[str, Any] = {
+        "push": push,
+        "barrier": barrier,
+        "candidates_gbps": {},
+        "definition": "floor + egress / bandwidth (see limit.py)",
+    }
+    reason = why_not(plan, cfg) or (
+        None if barrier.get("status") == "ok" else f"barrier probe: {barrier.get('reason')}"
+    )
     floor = barrier["us"] if barrier.get("status") == "ok" else None
     if push.get("status") == "ok":
         limit["candidates_gbps"].update(push["candidates_gbps"])
-    ours_bw = {r["m"]: r["egress_bytes"] / (r["device_us"]["ours"]["median"] - floor) / 1e3
-               for r in rows if floor is not None and "ours" in r["device_us"]
-               and r["device_us"]["ours"]["median"] > 2 * floor}
+    ours_bw = {
+        r["m"]: r["egress_bytes"] / (r["device_us"]["ours"]["median"] - floor) / 1e3
+        for r in rows
+        if floor is not None
+        and "ours" in r["device_us"]
+        and r["device_us"]["ours"]["median"] > 2 * floor
+    }
     if ours_bw:
         best_m = max(ours_bw, key=ours_bw.get)
         limit["candidates_gbps"][f"ours at M={best_m}"] = ours_bw[best_m]
@@ -92,6 +101,7 @@ def derive(rows: list[dict], found: dict[str, Any], plan: Any, cfg: Any) -> dict
             row["limit_us"] = floor + row["egress_bytes"] / limit["gbps"] / 1e3
             if ours:
                 raw = 100 * row["limit_us"] / ours
-                row.update(pct_of_limit=min(raw, 100.0), pct_of_limit_raw=raw,
-                           pct_clipped=raw > 100.0)
+                row.update(
+                    pct_of_limit=min(raw, 100.0), pct_of_limit_raw=raw, pct_clipped=raw > 100.0
+                )
     return limit

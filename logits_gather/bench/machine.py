@@ -23,7 +23,11 @@ def _nvidia_smi() -> dict[str, Any]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=15, check=True).stdout
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         return {"nvidia_smi": f"unavailable ({type(exc).__name__})"}
     rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line]
@@ -55,9 +59,17 @@ def describe(ctx: Any) -> dict[str, Any]:
         "process_group": plan.pg_backend,
         "launcher": "torchrun" if plan.torchrun else "spawn",
         "gpu_count": plan.gpus,
-        "env": {k: os.environ.get(k) for k in (
-            "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS",
-            "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "NCCL_WIN_ENABLE", "CUDA_VISIBLE_DEVICES")},
+        "env": {
+            k: os.environ.get(k)
+            for k in (
+                "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                "NCCL_NVLS_ENABLE",
+                "NVSHMEM_DISABLE_NVLS",
+                "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES",
+                "NCCL_WIN_ENABLE",
+                "CUDA_VISIBLE_DEVICES",
+            )
+        },
     }
     try:
         import logits_gather
@@ -67,16 +79,22 @@ def describe(ctx: Any) -> dict[str, Any]:
         info["logits_gather"] = None
     if ctx.cuda:
         props = torch.cuda.get_device_properties(ctx.device)
-        info.update(gpu_name=props.name, sms=props.multi_processor_count,
-                    gpu_memory_gib=round(props.total_memory / 2**30, 1), mps_pipe=_mps_pipe())
+        info.update(
+            gpu_name=props.name,
+            sms=props.multi_processor_count,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            mps_pipe=_mps_pipe(),
+        )
         try:
             version = torch.cuda.nccl.version()
-            info["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(
-                version)
+            info["nccl"] = (
+                ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+            )
         except Exception as exc:  # noqa: BLE001
             info["nccl"] = f"unknown ({type(exc).__name__})"
         info.update(_nvidia_smi())
     else:
-        info.update(gpu_name=None, cpu=platform.processor() or platform.machine(),
-                    cpu_count=os.cpu_count())
+        info.update(
+            gpu_name=None, cpu=platform.processor() or platform.machine(), cpu_count=os.cpu_count()
+        )
     return info

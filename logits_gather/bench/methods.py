@@ -30,8 +30,8 @@ def vllm_gather(x: torch.Tensor, world: int, group: Any) -> torch.Tensor:
 
 class Method:
     name = "?"
-    launches = 2        # kernel launches per call: bounds how many calls may be queued
-    graphable = False   # timed under CUDA-graph replay as well
+    launches = 2  # kernel launches per call: bounds how many calls may be queued
+    graphable = False  # timed under CUDA-graph replay as well
     detail = ""
 
     def __init__(self, ctx: Any, columns: int, sets: list[torch.Tensor]) -> None:
@@ -145,8 +145,10 @@ class CePull(Method):
 
             self._op = torch.ops.symm_mem._low_contention_all_gather
         except (ImportError, AttributeError, RuntimeError) as exc:
-            return (f"torch.ops.symm_mem._low_contention_all_gather is missing in torch "
-                    f"{torch.__version__} ({type(exc).__name__})")
+            return (
+                f"torch.ops.symm_mem._low_contention_all_gather is missing in torch "
+                f"{torch.__version__} ({type(exc).__name__})"
+            )
         self.launches = self.world + 6
         return None
 
@@ -155,16 +157,19 @@ class CePull(Method):
 
         cap, dtype = self.sets[0].shape[0], self.sets[0].dtype
         # one allocation per set: the op reads each peer's buffer from its start
-        self._bufs = [symm_mem.empty(cap * self.n, dtype=dtype, device=self.ctx.device)
-                      for _ in self.sets]
+        self._bufs = [
+            symm_mem.empty(cap * self.n, dtype=dtype, device=self.ctx.device) for _ in self.sets
+        ]
         for buf, src in zip(self._bufs, self.sets, strict=True):
             buf.view(cap, self.n).copy_(src)
         self._handles = [symm_mem.rendezvous(b, self.group) for b in self._bufs]
         for b, h in zip(self._bufs, self._handles, strict=True):
             offset = b.data_ptr() - int(h.buffer_ptrs[self.ctx.rank])
             if offset:
-                raise RuntimeError(f"a symmetric input sits {offset} bytes into its allocation, "
-                                   "and the op reads every peer's buffer at offset 0")
+                raise RuntimeError(
+                    f"a symmetric input sits {offset} bytes into its allocation, "
+                    "and the op reads every peer's buffer at offset 0"
+                )
         self._name = self.group.group_name
         get_stream = getattr(symm_mem, "_get_backend_stream", None)
         self._stream = get_stream() if get_stream is not None else None
@@ -196,12 +201,18 @@ class Ours(Method):
         extra = dict(self.extra)
         if _has_check_calls():  # plain ours stays unchecked even if the env turns checks on
             extra.setdefault("check_calls", False)
-        self.gather = LogitsGather(columns=self.n, capacity=self.sets[0].shape[0],
-                                   device=self.ctx.device, dtype=self.sets[0].dtype,
-                                   backend=self.ctx.cfg.ours_backend, **extra)
+        self.gather = LogitsGather(
+            columns=self.n,
+            capacity=self.sets[0].shape[0],
+            device=self.ctx.device,
+            dtype=self.sets[0].dtype,
+            backend=self.ctx.cfg.ours_backend,
+            **extra,
+        )
         self.graphable = self.ctx.cuda and not self.extra
         self.detail = f"backend {self.gather.backend}" + "".join(
-            f", {k}={v}" for k, v in self.extra.items())
+            f", {k}={v}" for k, v in self.extra.items()
+        )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.gather(x)
@@ -212,7 +223,7 @@ class OursChecked(Ours):
     the call index, M and dtype. Timed next to ``ours`` to state what the checks cost."""
 
     name = "ours_checked"
-    launches = 4        # the checks may add launches of their own
+    launches = 4  # the checks may add launches of their own
     extra = {"check_calls": True}
 
     def check(self) -> str | None:
@@ -229,5 +240,6 @@ def _has_check_calls() -> bool:
     return "check_calls" in inspect.signature(LogitsGather.__init__).parameters
 
 
-BUILDERS: dict[str, type[Method]] = {c.name: c for c in (Stock, NcclSymm, CePull, Ours,
-                                                         OursChecked)}
+BUILDERS: dict[str, type[Method]] = {
+    c.name: c for c in (Stock, NcclSymm, CePull, Ours, OursChecked)
+}

@@ -23,24 +23,31 @@ import torch
 
 from .cli import Config, UsageError, check_divisible
 
-NVLS_OFF = {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NCCL_NVLS_ENABLE": "0",
-            "NVSHMEM_DISABLE_NVLS": "1"}
+NVLS_OFF = {
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NCCL_NVLS_ENABLE": "0",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 OVERLAP_ENV = "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"
-SHARED_NCCL = ("NCCL refuses several ranks on one GPU (ranks share GPUs in this run; the "
-               "process group is gloo)")
-LATENCY_ONLY = ("LATENCY ONLY: ranks share GPUs, so they share SMs and links; these are not "
-                "tp={tp} bandwidth figures")
+SHARED_NCCL = (
+    "NCCL refuses several ranks on one GPU (ranks share GPUs in this run; the "
+    "process group is gloo)"
+)
+LATENCY_ONLY = (
+    "LATENCY ONLY: ranks share GPUs, so they share SMs and links; these are not "
+    "tp={tp} bandwidth figures"
+)
 
 
 @dataclass(frozen=True)
 class Plan:
     """How the ranks map onto the machine."""
 
-    mode: str             # "nccl" | "spread" | "colocated" | "cpu"
+    mode: str  # "nccl" | "spread" | "colocated" | "cpu"
     tp: int
-    gpus: int             # visible GPUs
+    gpus: int  # visible GPUs
     torchrun: bool
-    gpus_used: int = 0    # GPUs the ranks of this host are spread over (0 on CPU)
+    gpus_used: int = 0  # GPUs the ranks of this host are spread over (0 on CPU)
     ranks_per_gpu: int = 0
 
     @property
@@ -72,8 +79,7 @@ def _visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def make_plan(cfg: Config, env: Mapping[str, str] = os.environ,
-              gpus: int | None = None) -> Plan:
+def make_plan(cfg: Config, env: Mapping[str, str] = os.environ, gpus: int | None = None) -> Plan:
     torchrun = "RANK" in env and "WORLD_SIZE" in env
     world = int(env["WORLD_SIZE"]) if torchrun else None
     if torchrun and cfg.tp is not None and cfg.tp != world:
@@ -86,8 +92,10 @@ def make_plan(cfg: Config, env: Mapping[str, str] = os.environ,
         tp = world or cfg.tp or 2
         return _done(cfg, Plan(mode="cpu", tp=tp, gpus=0, torchrun=torchrun))
     if cfg.colocate and per is not None:
-        raise UsageError("--colocate and --ranks-per-gpu exclude each other (--colocate puts "
-                         "every rank on cuda:0)")
+        raise UsageError(
+            "--colocate and --ranks-per-gpu exclude each other (--colocate puts "
+            "every rank on cuda:0)"
+        )
     tp = world or cfg.tp or (gpus * per if per else gpus if gpus > 1 else 2)
     local = int(env.get("LOCAL_WORLD_SIZE", tp)) if torchrun else tp
     if cfg.colocate or (gpus == 1 and per is None):
@@ -97,17 +105,29 @@ def make_plan(cfg: Config, env: Mapping[str, str] = os.environ,
             raise UsageError(f"--ranks-per-gpu {per} does not divide the {local} ranks per host")
         used = local // per
         if used > gpus:
-            raise UsageError(f"{local} ranks at --ranks-per-gpu {per} need {used} GPUs, {gpus} "
-                             "are visible")
+            raise UsageError(
+                f"{local} ranks at --ranks-per-gpu {per} need {used} GPUs, {gpus} are visible"
+            )
     else:
         used = local
         if used > gpus:
-            raise UsageError(f"--tp {local} needs {local} GPUs per host, {gpus} are visible; "
-                             f"pass --ranks-per-gpu {-(-local // gpus)} to spread the ranks "
-                             "over the GPUs (latency only), or --colocate")
+            raise UsageError(
+                f"--tp {local} needs {local} GPUs per host, {gpus} are visible; "
+                f"pass --ranks-per-gpu {-(-local // gpus)} to spread the ranks "
+                "over the GPUs (latency only), or --colocate"
+            )
     mode = "nccl" if used == local else "colocated" if used == 1 else "spread"
-    return _done(cfg, Plan(mode=mode, tp=tp, gpus=gpus, torchrun=torchrun, gpus_used=used,
-                           ranks_per_gpu=-(-local // used)))
+    return _done(
+        cfg,
+        Plan(
+            mode=mode,
+            tp=tp,
+            gpus=gpus,
+            torchrun=torchrun,
+            gpus_used=used,
+            ranks_per_gpu=-(-local // used),
+        ),
+    )
 
 
 def _done(cfg: Config, plan: Plan) -> Plan:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-STYLE = {"stock": ("tab:red", "-"), "nccl_symm": ("tab:orange", "-"),
-         "ce_pull": ("tab:purple", "-"), "ours": ("tab:blue", "-"),
-         "ours_checked": ("tab:cyan", "-")}
+STYLE = {
+    "stock": ("tab:red", "-"),
+    "nccl_symm": ("tab:orange", "-"),
+    "ce_pull": ("tab:purple", "-"),
+    "ours": ("tab:blue", "-"),
+    "ours_checked": ("tab:cyan", "-"),
+}
 
 
 def plot(doc: dict[str, Any], path: str) -> str:
@@ -24,16 +28,30 @@ def plot(doc: dict[str, Any], path: str) -> str:
         rows = res["rows"]
         ms = [r["m"] for r in rows]
         for name, (color, ls) in STYLE.items():
-            pts = [(r["m"], r["device_us"][name]["median"]) for r in rows
-                   if name in r["device_us"]]
+            pts = [(r["m"], r["device_us"][name]["median"]) for r in rows if name in r["device_us"]]
             if pts:
-                ax.plot(*zip(*pts, strict=True), ls, color=color, marker="o", ms=3,
-                        label=f"{name} (eager)")
-            graph = [(r["m"], r["graph_us"][name]["median"]) for r in rows
-                     if r["graph_us"].get(name, {}).get("status") == "ok"]
+                ax.plot(
+                    *zip(*pts, strict=True),
+                    ls,
+                    color=color,
+                    marker="o",
+                    ms=3,
+                    label=f"{name} (eager)",
+                )
+            graph = [
+                (r["m"], r["graph_us"][name]["median"])
+                for r in rows
+                if r["graph_us"].get(name, {}).get("status") == "ok"
+            ]
             if graph:
-                ax.plot(*zip(*graph, strict=True), ":", color=color, marker="x", ms=3,
-                        label=f"{name} (graph replay)")
+                ax.plot(
+                    *zip(*graph, strict=True),
+                    ":",
+                    color=color,
+                    marker="x",
+                    ms=3,
+                    label=f"{name} (graph replay)",
+                )
         lim = [(m, r["limit_us"]) for m, r in zip(ms, rows, strict=True) if r["limit_us"]]
         if lim:
             ax.plot(*zip(*lim, strict=True), "--", color="black", label="limit")
@@ -45,13 +63,14 @@ def plot(doc: dict[str, Any], path: str) -> str:
         ax.set_title(f"V={res['vocab']} {res['dtype']}, tp={info['tp']}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    title = {"nccl": f"logits_gather: {info['tp']}x {info.get('gpu_name')}",
-             "colocated": f"logits_gather: {info['tp']} ranks sharing one {info.get('gpu_name')} "
-                          "(LATENCY ONLY; says nothing about NVLink)",
-             "spread": f"logits_gather: {info['tp']} ranks over {info.get('gpus_used')}x "
-                       f"{info.get('gpu_name')} (LATENCY ONLY: ranks share SMs and links)",
-             "cpu": "logits_gather: gloo ranks on CPU (says nothing about GPUs or NVLink)"}[
-        info["mode"]]
+    title = {
+        "nccl": f"logits_gather: {info['tp']}x {info.get('gpu_name')}",
+        "colocated": f"logits_gather: {info['tp']} ranks sharing one {info.get('gpu_name')} "
+        "(LATENCY ONLY; says nothing about NVLink)",
+        "spread": f"logits_gather: {info['tp']} ranks over {info.get('gpus_used')}x "
+        f"{info.get('gpu_name')} (LATENCY ONLY: ranks share SMs and links)",
+        "cpu": "logits_gather: gloo ranks on CPU (says nothing about GPUs or NVLink)",
+    }[info["mode"]]
     fig.suptitle(title, color="black" if info["mode"] == "nccl" else "darkred")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

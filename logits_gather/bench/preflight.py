@@ -28,8 +28,8 @@ from typing import Any
 
 from .cli import Config, UsageError
 
-HEADROOM = 0.9      # of free memory the run may plan to use
-CONTEXT_MIB = 600   # CUDA context, NCCL and Triton per process, roughly
+HEADROOM = 0.9  # of free memory the run may plan to use
+CONTEXT_MIB = 600  # CUDA context, NCCL and Triton per process, roughly
 
 
 def check_out(out: str) -> None:
@@ -41,8 +41,10 @@ def check_out(out: str) -> None:
             f.write("ok\n")
         os.remove(probe)
     except OSError as exc:
-        raise UsageError(f"--out {out!r} is not writable ({type(exc).__name__}: "
-                         f"{exc.strerror or exc}); nothing was run") from None
+        raise UsageError(
+            f"--out {out!r} is not writable ({type(exc).__name__}: "
+            f"{exc.strerror or exc}); nothing was run"
+        ) from None
 
 
 def estimate(cfg: Config, tp: int, cuda: bool) -> dict[str, int]:
@@ -73,18 +75,24 @@ def estimate(cfg: Config, tp: int, cuda: bool) -> dict[str, int]:
 def describe(need: dict[str, int], per_device: int, free: int, where: str) -> str:
     items = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in need.items())
     rank = sum(need.values())
-    return (f"the run needs about {rank * per_device / 2**30:.1f} GiB on each {where} "
-            f"({per_device} rank(s) there x {rank / 2**30:.1f} GiB; per rank: {items}) and "
-            f"{free / 2**30:.1f} GiB is free; lower --rows (capacity = max M), --sets, "
-            "--graph-calls or the number of --vocab values")
+    return (
+        f"the run needs about {rank * per_device / 2**30:.1f} GiB on each {where} "
+        f"({per_device} rank(s) there x {rank / 2**30:.1f} GiB; per rank: {items}) and "
+        f"{free / 2**30:.1f} GiB is free; lower --rows (capacity = max M), --sets, "
+        "--graph-calls or the number of --vocab values"
+    )
 
 
 def _gpu_free_bytes() -> int | None:
     """The least free memory over the visible GPUs, from nvidia-smi (no CUDA init)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.free",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                             timeout=15, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=True,
+        ).stdout
         free = {int(i): int(f) for i, f in (line.split(",") for line in out.strip().splitlines())}
     except (OSError, subprocess.SubprocessError, ValueError):
         return None

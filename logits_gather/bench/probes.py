@@ -95,8 +95,11 @@ def nccl_kernels(ctx: Any, methods: dict[str, Any], rows: tuple[int, ...]) -> di
                 for m in rows:
                     methods[name](methods[name].inputs(m)[0])
                     ctx.sync()
-        seen = sorted((e.time_range.start, e.name) for e in prof.events()
-                      if e.device_type == DeviceType.CUDA and "nccl" in e.name.lower())
+        seen = sorted(
+            (e.time_range.start, e.name)
+            for e in prof.events()
+            if e.device_type == DeviceType.CUDA and "nccl" in e.name.lower()
+        )
     except Exception as exc:  # noqa: BLE001
         problem = _failed(exc)
     ctx.barrier()
@@ -106,7 +109,7 @@ def nccl_kernels(ctx: Any, methods: dict[str, Any], rows: tuple[int, ...]) -> di
     out: dict[str, Any] = {}
     if len(kernels) == len(names) * len(rows):
         for i, name in enumerate(names):
-            mine = kernels[i * len(rows):(i + 1) * len(rows)]
+            mine = kernels[i * len(rows) : (i + 1) * len(rows)]
             out[name] = dict(zip(map(str, rows), mine, strict=True))
         per_m = out.get("nccl_symm", {})
         symk = [m for m, k in per_m.items() if "symk" in k.lower()]
@@ -120,6 +123,7 @@ def nccl_kernels(ctx: Any, methods: dict[str, Any], rows: tuple[int, ...]) -> di
             out["symmetric"] = "no: NCCL fell back to its regular kernels"
     else:
         out["all"] = sorted(set(kernels))
-        out["symmetric"] = ("unknown: could not match kernels to calls; seen "
-                            + (", ".join(out["all"]) or "none"))
+        out["symmetric"] = "unknown: could not match kernels to calls; seen " + (
+            ", ".join(out["all"]) or "none"
+        )
     return out

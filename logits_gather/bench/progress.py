@@ -20,8 +20,9 @@ class Progress:
                 # a thread lock: tqdm's default multiprocessing lock is a named semaphore,
                 # reported as leaked when a failing rank exits without cleanup
                 tqdm.set_lock(threading.RLock())
-                self._bar = tqdm(total=total, file=sys.stderr, desc="bench", unit="step",
-                                 dynamic_ncols=True)
+                self._bar = tqdm(
+                    total=total, file=sys.stderr, desc="bench", unit="step", dynamic_ncols=True
+                )
             except ImportError:
                 print(f"[bench] {total} steps (install tqdm for a progress bar)", file=sys.stderr)
 
@@ -43,5 +44,8 @@ class Progress:
             self._bar.update(1)
         elif self.enabled:
             elapsed = time.monotonic() - self._t0
-            print(f"[bench] {self.done}/{self.total} {self.text} ({elapsed:.0f} s)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[bench] {self.done}/{self.total} {self.text} ({elapsed:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-BLOCK = 2048          # int32 per program per step: 4 x 16 B per thread at 4 warps
+BLOCK = 2048  # int32 per program per step: 4 x 16 B per thread at 4 warps
 _KERNEL: Any = None
 tl: Any = None
 
@@ -33,8 +33,7 @@ def kernel() -> Any:
         def _store_push(src, dst_ptrs, n, rank, WORLD: tl.constexpr, BLOCK: tl.constexpr):
             pid, nprog = tl.program_id(0), tl.num_programs(0)
             for start in range(pid * BLOCK, n, nprog * BLOCK):
-                offs = tl.max_contiguous(tl.multiple_of(start + tl.arange(0, BLOCK), BLOCK),
-                                         BLOCK)
+                offs = tl.max_contiguous(tl.multiple_of(start + tl.arange(0, BLOCK), BLOCK), BLOCK)
                 mask = offs < n
                 v = tl.load(src + offs, mask=mask)
                 for p in tl.static_range(WORLD):
@@ -84,8 +83,11 @@ def push_bandwidth(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
         keep.append((buf, handle))
         src = _pattern(ctx.rank, chunk, ctx.device)
         base = buf.data_ptr() - int(handle.buffer_ptrs[ctx.rank])  # get_buffer ignores it
-        views = [handle.get_buffer(p, (chunk,), torch.uint8, base + ctx.rank * chunk)
-                 for p in range(w) if p != ctx.rank]
+        views = [
+            handle.get_buffer(p, (chunk,), torch.uint8, base + ctx.rank * chunk)
+            for p in range(w)
+            if p != ctx.rank
+        ]
     except Exception as exc:  # noqa: BLE001 - reported, never fatal
         setup = _failed(exc)
     reason = ctx.first_reason(setup)
@@ -102,8 +104,11 @@ def push_bandwidth(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
         problems["copy_"] = _failed(exc)
     problem = None
     try:
-        ptrs = torch.tensor([int(handle.buffer_ptrs[p]) + base + ctx.rank * chunk
-                             for p in range(w)], dtype=torch.int64, device=ctx.device)
+        ptrs = torch.tensor(
+            [int(handle.buffer_ptrs[p]) + base + ctx.rank * chunk for p in range(w)],
+            dtype=torch.int64,
+            device=ctx.device,
+        )
         sms = torch.cuda.get_device_properties(ctx.device).multi_processor_count
         src32, n = src.view(torch.int32), chunk // 4
         grid = (min(2 * sms, -(-n // BLOCK)),)
@@ -124,8 +129,11 @@ def push_bandwidth(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
         ctx.sync()
         handle.barrier(channel=0)
         mine = buf.view(w, chunk)
-        wrong = [p for p in range(w) if p != ctx.rank
-                 and not torch.equal(mine[p], _pattern(p, chunk, ctx.device))]
+        wrong = [
+            p
+            for p in range(w)
+            if p != ctx.rank and not torch.equal(mine[p], _pattern(p, chunk, ctx.device))
+        ]
         if wrong:
             problems["triton stores"] = f"data from ranks {wrong} arrived wrong"
             local.pop("triton stores")
@@ -142,7 +150,10 @@ def push_bandwidth(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
             out["candidates_gbps"][name] = egress / worst / 1e3
     ctx.barrier()
     if not out["candidates_gbps"]:
-        return {"status": "unavailable", "reason": "; ".join(
-            f"{k}: {v}" for k, v in out["problems"].items()), **out}
+        return {
+            "status": "unavailable",
+            "reason": "; ".join(f"{k}: {v}" for k, v in out["problems"].items()),
+            **out,
+        }
     best = max(out["candidates_gbps"], key=out["candidates_gbps"].get)
     return {"status": "ok", "gbps": out["candidates_gbps"][best], "source": best, **out}

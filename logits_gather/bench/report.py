@@ -11,31 +11,41 @@ from . import targets
 from .cli import TIMED
 from .plan import LATENCY_ONLY
 
-CLIP_NOTE = ("* ours measured faster than the limit; clipped at 100% (the raw value is in the "
-             "JSON as pct_of_limit_raw): the ceiling was measured low")
+CLIP_NOTE = (
+    "* ours measured faster than the limit; clipped at 100% (the raw value is in the "
+    "JSON as pct_of_limit_raw): the ceiling was measured low"
+)
 
 
 def mode_lines(info: dict[str, Any]) -> list[str]:
     tp, mode = info["tp"], info["mode"]
     if mode == "cpu":
-        return [f"mode: CPU, {tp} gloo ranks (no GPU is visible).",
-                "!! These are gloo-over-loopback timings: they say nothing about GPUs or NVLink."]
+        return [
+            f"mode: CPU, {tp} gloo ranks (no GPU is visible).",
+            "!! These are gloo-over-loopback timings: they say nothing about GPUs or NVLink.",
+        ]
     if mode == "nccl":
         return [f"mode: {tp} GPUs, one rank per GPU, NCCL process group."]
     per, used = info.get("ranks_per_gpu"), info.get("gpus_used")
     if mode == "colocated":
-        lines = [f"mode: COLOCATED, {tp} processes share one GPU (cuda:0), gloo process group.",
-                 "!! LATENCY ONLY. These timings say nothing about NVLink: every 'peer' store "
-                 "is a write to the same GPU's memory, and the ranks' kernels compete for one "
-                 "GPU's SMs."]
+        lines = [
+            f"mode: COLOCATED, {tp} processes share one GPU (cuda:0), gloo process group.",
+            "!! LATENCY ONLY. These timings say nothing about NVLink: every 'peer' store "
+            "is a write to the same GPU's memory, and the ranks' kernels compete for one "
+            "GPU's SMs.",
+        ]
     else:
-        lines = [f"mode: SPREAD, {tp} ranks over {used} GPUs ({per} per GPU, rank r on GPU "
-                 f"r % {used}), gloo process group (NCCL refuses several ranks per GPU).",
-                 "!! " + LATENCY_ONLY.format(tp=tp) + ". Flags do cross GPUs; bandwidth does "
-                 "not scale like tp=" + str(tp) + "."]
+        lines = [
+            f"mode: SPREAD, {tp} ranks over {used} GPUs ({per} per GPU, rank r on GPU "
+            f"r % {used}), gloo process group (NCCL refuses several ranks per GPU).",
+            "!! " + LATENCY_ONLY.format(tp=tp) + ". Flags do cross GPUs; bandwidth does "
+            "not scale like tp=" + str(tp) + ".",
+        ]
     if not info.get("mps_pipe"):
-        lines.append("!! No MPS daemon found: the ranks' kernels are time-sliced, so a call "
-                     "can take milliseconds (start one with `nvidia-cuda-mps-control -d`).")
+        lines.append(
+            "!! No MPS daemon found: the ranks' kernels are time-sliced, so a call "
+            "can take milliseconds (start one with `nvidia-cuda-mps-control -d`)."
+        )
     return lines
 
 
@@ -43,11 +53,18 @@ def preamble_lines(info: dict[str, Any], ctx: Any) -> list[str]:
     cfg = ctx.cfg
     gpu = f"{info['gpu_count']}x {info['gpu_name']}" if info.get("gpu_name") else "no GPU"
     vocabs, rows = ",".join(map(str, cfg.vocabs)), ",".join(map(str, cfg.rows))
-    parts = [gpu] + [f"{k} {info[k]}" for k in ("driver", "torch", "triton", "nccl")
-                     if info.get(k)] + [f"host {info['hostname']}"]
-    return [f"logits_gather benchmark: tp={info['tp']}, {cfg.dtype}, V={vocabs}, M={rows}"
-            + (" (--quick)" if cfg.quick else ""), "machine: " + ", ".join(parts),
-            *mode_lines(info), ""]
+    parts = (
+        [gpu]
+        + [f"{k} {info[k]}" for k in ("driver", "torch", "triton", "nccl") if info.get(k)]
+        + [f"host {info['hostname']}"]
+    )
+    return [
+        f"logits_gather benchmark: tp={info['tp']}, {cfg.dtype}, V={vocabs}, M={rows}"
+        + (" (--quick)" if cfg.quick else ""),
+        "machine: " + ", ".join(parts),
+        *mode_lines(info),
+        "",
+    ]
 
 
 def preamble(info: dict[str, Any], ctx: Any) -> None:
@@ -89,17 +106,27 @@ def _method_lines(res: dict[str, Any]) -> list[str]:
     if "limit" in res["methods"]:
         cands = ", ".join(f"{k} {_num(v)}" for k, v in lim["candidates_gbps"].items())
         bar, push = lim["barrier"], lim["push"]
-        bar_text = (f"{_num(bar['us'])} µs ({bar['source']})" if bar["status"] == "ok"
-                    else f"unavailable: {bar['reason']}")
-        bw = (f"{_num(lim['gbps'])} GB/s ({lim['bandwidth_source']})" if "gbps" in lim
-              else "unavailable")
+        bar_text = (
+            f"{_num(bar['us'])} µs ({bar['source']})"
+            if bar["status"] == "ok"
+            else f"unavailable: {bar['reason']}"
+        )
+        bw = (
+            f"{_num(lim['gbps'])} GB/s ({lim['bandwidth_source']})"
+            if "gbps" in lim
+            else "unavailable"
+        )
         extra = "; ".join(f"{k}: {v}" for k, v in push.get("problems", {}).items())
         if push["status"] != "ok":
             extra = push["reason"]
-        lines.append(f"  {'limit':<12} floor + egress / bandwidth: " + (
-            "n/a, " + lim["reason"] if lim["status"] != "ok" else "ok"))
-        lines.append(f"  {'':<12} bandwidth {bw}; candidates GB/s: {cands or 'none'}"
-                     + (f" (push probe: {extra})" if extra else ""))
+        lines.append(
+            f"  {'limit':<12} floor + egress / bandwidth: "
+            + ("n/a, " + lim["reason"] if lim["status"] != "ok" else "ok")
+        )
+        lines.append(
+            f"  {'':<12} bandwidth {bw}; candidates GB/s: {cands or 'none'}"
+            + (f" (push probe: {extra})" if extra else "")
+        )
         lines.append(f"  {'':<12} floor {bar_text}")
     lines.append(f"NCCL symmetric kernels: {res['nccl_kernels'].get('symmetric')}")
     return lines
@@ -118,14 +145,23 @@ def device_table(res: dict[str, Any], cuda: bool = True, mode: str = "nccl") -> 
     rows = []
     for row in res["rows"]:
         sp = row["speedup_vs_stock"]
-        rows.append([str(row["m"]),
-                     *(_cell(row["device_us"].get(n), res["methods"].get(n)) for n in timed),
-                     _num(row["limit_us"]), _num(row["ours_gbps"]),
-                     f"{sp:.2f}x" if sp else "n/a", _pct(row)])
+        rows.append(
+            [
+                str(row["m"]),
+                *(_cell(row["device_us"].get(n), res["methods"].get(n)) for n in timed),
+                _num(row["limit_us"]),
+                _num(row["ours_gbps"]),
+                f"{sp:.2f}x" if sp else "n/a",
+                _pct(row),
+            ]
+        )
     label = "" if mode in ("nccl", "cpu") else "LATENCY ONLY (ranks share GPUs): "
-    lines = [f"{label}V={res['vocab']} {res['dtype']} ({res['columns_per_rank']} columns per "
-             f"rank): {'device' if cuda else 'wall-clock'} µs per call (median of bursts, max "
-             "over ranks; ± spread of two passes)", *_table(head, rows)]
+    lines = [
+        f"{label}V={res['vocab']} {res['dtype']} ({res['columns_per_rank']} columns per "
+        f"rank): {'device' if cuda else 'wall-clock'} µs per call (median of bursts, max "
+        "over ranks; ± spread of two passes)",
+        *_table(head, rows),
+    ]
     if any(r.get("pct_clipped") for r in res["rows"]):
         lines.append(CLIP_NOTE)
     if res["limit"].get("status") != "ok":
@@ -134,12 +170,22 @@ def device_table(res: dict[str, Any], cuda: bool = True, mode: str = "nccl") -> 
 
 
 def host_table(res: dict[str, Any]) -> list[str]:
-    cols = [("ours", "ours host"), ("stock", "stock host"), ("nccl_ag_ws1", "NCCL ag ws1 host"),
-            ("stock_ws1", "stock ws1 host")]
+    cols = [
+        ("ours", "ours host"),
+        ("stock", "stock host"),
+        ("nccl_ag_ws1", "NCCL ag ws1 host"),
+        ("stock_ws1", "stock ws1 host"),
+    ]
     if "ours_checked" in res["methods"]:
         cols.insert(1, ("ours_checked", "ours_checked host"))
-    head = ["M", *(t for _, t in cols), "ours graph", "ours graph/eager", "stock graph",
-            "stock graph/eager"]
+    head = [
+        "M",
+        *(t for _, t in cols),
+        "ours graph",
+        "ours graph/eager",
+        "stock graph",
+        "stock graph/eager",
+    ]
     rows = []
     for row in res["rows"]:
         cells = [str(row["m"]), *(_cell(row["host_us"].get(k)) for k, _ in cols)]
@@ -148,8 +194,11 @@ def host_table(res: dict[str, Any]) -> list[str]:
             ok = g is not None and g.get("status") == "ok"
             cells += [_cell(g), f"{g['vs_eager']:.2f}x" if ok and g["vs_eager"] else "n/a"]
         rows.append(cells)
-    lines = ["host µs per eager call (ws1: at world size 1, NCCL on a 1-rank subgroup) and "
-             "CUDA-graph replay µs per call", *_table(head, rows)]
+    lines = [
+        "host µs per eager call (ws1: at world size 1, NCCL on a 1-rank subgroup) and "
+        "CUDA-graph replay µs per call",
+        *_table(head, rows),
+    ]
     for row in res["rows"]:
         for n, g in row["graph_us"].items():
             if g.get("status") != "ok":
@@ -205,10 +254,16 @@ def finish(info: dict[str, Any], ctx: Any, results: list[dict[str, Any]]) -> Non
         print(line)
     base = stem(ctx, info)
     os.makedirs(ctx.cfg.out, exist_ok=True)
-    doc = {"benchmark": "logits_gather.bench", "created": datetime.datetime.now().isoformat(
-        timespec="seconds"), "machine": info, "config": ctx.cfg.as_dict(),
-        "timer": "cuda_events" if ctx.cuda else "perf_counter", "notes": notes,
-        "latency_only": info["latency_only"], "results": results}
+    doc = {
+        "benchmark": "logits_gather.bench",
+        "created": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": info,
+        "config": ctx.cfg.as_dict(),
+        "timer": "cuda_events" if ctx.cuda else "perf_counter",
+        "notes": notes,
+        "latency_only": info["latency_only"],
+        "results": results,
+    }
     with open(base + ".json", "w") as f:
         json.dump(doc, f, indent=1, default=str)
     with open(base + ".txt", "w") as f:

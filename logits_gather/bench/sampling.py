@@ -38,16 +38,23 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-OPS = ("greedy", "sample", "sample_k50", "sample_p90", "sample_minp05", "logprobs",
-       "logprobs_n5")
+OPS = ("greedy", "sample", "sample_k50", "sample_p90", "sample_minp05", "logprobs", "logprobs_n5")
 PROG = "python -m logits_gather.bench.sampling"
 # (op, graph-replay target at M=64 in us); greedy also needs >= 3x gather at every M >= 16.
-TARGETS = (("greedy", 12.0), ("sample", 25.0), ("sample_k50", 40.0), ("sample_p90", 50.0),
-           ("logprobs_n5", 25.0))
+TARGETS = (
+    ("greedy", 12.0),
+    ("sample", 25.0),
+    ("sample_k50", 40.0),
+    ("sample_p90", 50.0),
+    ("logprobs_n5", 25.0),
+)
 METHODS = ("shard", "gather", "stock")
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-NVLS_OFF = {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NCCL_NVLS_ENABLE": "0",
-            "NVSHMEM_DISABLE_NVLS": "1"}
+NVLS_OFF = {
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NCCL_NVLS_ENABLE": "0",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
 def _ops(sampler, lg, stock_ok: bool, world: int, shard, temp, seeds, ids):
@@ -62,22 +69,28 @@ def _ops(sampler, lg, stock_ok: bool, world: int, shard, temp, seeds, ids):
         return staging.view(world, m, n).permute(1, 0, 2).reshape(m, world * n)
 
     def on_full(full):
-        return {"greedy": lambda: reference.greedy(full()),
-                "sample": lambda: reference.sample(full(), temp, seeds),
-                "sample_k50": lambda: reference.sample(full(), temp, seeds, 50),
-                "sample_p90": lambda: reference.sample(full(), temp, seeds, top_p=0.9),
-                "sample_minp05": lambda: reference.sample(full(), temp, seeds, min_p=0.05),
-                "logprobs": lambda: reference.logprobs(full(), ids),
-                "logprobs_n5": lambda: reference.logprobs(full(), ids, 5)}
+        return {
+            "greedy": lambda: reference.greedy(full()),
+            "sample": lambda: reference.sample(full(), temp, seeds),
+            "sample_k50": lambda: reference.sample(full(), temp, seeds, 50),
+            "sample_p90": lambda: reference.sample(full(), temp, seeds, top_p=0.9),
+            "sample_minp05": lambda: reference.sample(full(), temp, seeds, min_p=0.05),
+            "logprobs": lambda: reference.logprobs(full(), ids),
+            "logprobs_n5": lambda: reference.logprobs(full(), ids, 5),
+        }
 
-    table = {"shard": {"greedy": lambda: sampler.greedy(shard),
-                       "sample": lambda: sampler.sample(shard, temp, seeds),
-                       "sample_k50": lambda: sampler.sample(shard, temp, seeds, 50),
-                       "sample_p90": lambda: sampler.sample(shard, temp, seeds, top_p=0.9),
-                       "sample_minp05": lambda: sampler.sample(shard, temp, seeds, min_p=0.05),
-                       "logprobs": lambda: sampler.logprobs(shard, ids),
-                       "logprobs_n5": lambda: sampler.logprobs(shard, ids, 5)},
-             "gather": on_full(lambda: lg(shard))}
+    table = {
+        "shard": {
+            "greedy": lambda: sampler.greedy(shard),
+            "sample": lambda: sampler.sample(shard, temp, seeds),
+            "sample_k50": lambda: sampler.sample(shard, temp, seeds, 50),
+            "sample_p90": lambda: sampler.sample(shard, temp, seeds, top_p=0.9),
+            "sample_minp05": lambda: sampler.sample(shard, temp, seeds, min_p=0.05),
+            "logprobs": lambda: sampler.logprobs(shard, ids),
+            "logprobs_n5": lambda: sampler.logprobs(shard, ids, 5),
+        },
+        "gather": on_full(lambda: lg(shard)),
+    }
     if stock_ok:
         table["stock"] = on_full(stock)
     return table
@@ -215,20 +228,26 @@ def _verdicts(rows: dict, graphs: bool, world: int, vocab: int) -> list[str]:
         for op, limit in TARGETS:
             us = rows[64].get(f"{op}/shard")
             if us is not None:
-                out.append(f"target {op} <= {limit:g} us at M=64 (graph replay): "
-                           f"{us:.1f} us {'met' if us <= limit else 'MISSED'}{note}")
+                out.append(
+                    f"target {op} <= {limit:g} us at M=64 (graph replay): "
+                    f"{us:.1f} us {'met' if us <= limit else 'MISSED'}{note}"
+                )
         big = [m for m in rows if m >= 16]
         if big:
             worst = min(rows[m]["greedy/gather"] / rows[m]["greedy/shard"] for m in big)
-            out.append(f"target greedy >= 3x gather + argmax at every M >= 16: worst "
-                       f"{worst:.2f}x {'met' if worst >= 3 else 'MISSED'}{note}")
+            out.append(
+                f"target greedy >= 3x gather + argmax at every M >= 16: worst "
+                f"{worst:.2f}x {'met' if worst >= 3 else 'MISSED'}{note}"
+            )
     elif not graphs:
         for op in OPS:
             ratios = {m: rows[m][f"{op}/gather"] / rows[m][f"{op}/shard"] for m in rows}
             worst = min(ratios, key=ratios.get)
-            out.append(f"target eager {op}: shard faster than gather at every M: worst "
-                       f"{ratios[worst]:.2f}x at M={worst} "
-                       f"{'met' if ratios[worst] > 1 else 'MISSED'}{note}")
+            out.append(
+                f"target eager {op}: shard faster than gather at every M: worst "
+                f"{ratios[worst]:.2f}x at M={worst} "
+                f"{'met' if ratios[worst] > 1 else 'MISSED'}{note}"
+            )
     return out
 
 
@@ -236,30 +255,47 @@ def _report(args, world, device, colocated, sampler_backend, lg_backend, everyon
     rows = {m: {k: max(r[m][k] for r in everyone) for k in everyone[0][m]} for m in args.rows}
     bad = sorted({f"rank {i}: {b}" for i, r in enumerate(everyone) for b in r["mismatches"]})
     graphs = args.graphs and device.type == "cuda"
-    where = (f"{world} ranks on {device.type}" + (" (colocated on one GPU)" if colocated else "")
-             + f", V={args.vocab}, bf16, exchange={sampler_backend}, gather={lg_backend}"
-             + (", CUDA graphs" if graphs else ", eager"))
+    where = (
+        f"{world} ranks on {device.type}"
+        + (" (colocated on one GPU)" if colocated else "")
+        + f", V={args.vocab}, bf16, exchange={sampler_backend}, gather={lg_backend}"
+        + (", CUDA graphs" if graphs else ", eager")
+    )
     lines = [where]
     if colocated:
-        lines.append("NOTE: colocated ranks share one GPU: these timings say nothing about "
-                     "NVLink; stock (NCCL) is unavailable with colocated ranks.")
-    lines.append(f"{'op':<14}{'M':>5}" + "".join(f"{m + ' us':>12}" for m in METHODS)
-                 + f"{'x gather':>10}{'x stock':>10}")
+        lines.append(
+            "NOTE: colocated ranks share one GPU: these timings say nothing about "
+            "NVLink; stock (NCCL) is unavailable with colocated ranks."
+        )
+    lines.append(
+        f"{'op':<14}{'M':>5}"
+        + "".join(f"{m + ' us':>12}" for m in METHODS)
+        + f"{'x gather':>10}{'x stock':>10}"
+    )
     for op in OPS:
         for m in args.rows:
             t = {meth: rows[m].get(f"{op}/{meth}") for meth in METHODS}
             cells = "".join(f"{v:>12.1f}" if v else f"{'n/a':>12}" for v in t.values())
-            ratios = "".join(f"{t[b] / t['shard']:>9.1f}x" if t[b] else f"{'n/a':>10}"
-                             for b in ("gather", "stock"))
+            ratios = "".join(
+                f"{t[b] / t['shard']:>9.1f}x" if t[b] else f"{'n/a':>10}"
+                for b in ("gather", "stock")
+            )
             lines.append(f"{op:<14}{m:>5}{cells}{ratios}")
-    lines.append("check shard == gathered definition: " + ("ok (every op and M)" if not bad
-                 else "MISMATCH " + "; ".join(bad)))
+    lines.append(
+        "check shard == gathered definition: "
+        + ("ok (every op and M)" if not bad else "MISMATCH " + "; ".join(bad))
+    )
     if device.type == "cuda":
         lines += _verdicts(rows, graphs, world, args.vocab)
     text = "\n".join(lines)
     print(text)
-    record = {"setup": where, "world": world, "graphs": graphs, "us": rows,
-              "targets": [v for v in lines if v.startswith("target")]}
+    record = {
+        "setup": where,
+        "world": world,
+        "graphs": graphs,
+        "us": rows,
+        "targets": [v for v in lines if v.startswith("target")],
+    }
     paths = [args.json] if args.json else []
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -279,11 +315,13 @@ def _positive(name: str):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, "
-                                             f"got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a positive integer, got {text!r}"
+            ) from None
         if value < 1:
             raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
         return value
+
     return parse
 
 
@@ -291,8 +329,9 @@ def _rows(text: str) -> list[int]:
     try:
         rows = [int(m) for m in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--rows must be comma-separated positive integers, "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--rows must be comma-separated positive integers, got {text!r}"
+        ) from None
     if not rows or min(rows) < 1:
         raise argparse.ArgumentTypeError(f"--rows values must be >= 1, got {text!r}")
     return rows
@@ -300,16 +339,26 @@ def _rows(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--world-size", type=_positive("--world-size"), default=None,
-                   help="ranks (default: GPU count if > 1, else 2)")
+    p.add_argument(
+        "--world-size",
+        type=_positive("--world-size"),
+        default=None,
+        help="ranks (default: GPU count if > 1, else 2)",
+    )
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--rows", type=_rows, default=[1, 4, 16, 64, 256],
-                   help="comma-separated M values (default 1,4,16,64,256)")
+    p.add_argument(
+        "--rows",
+        type=_rows,
+        default=[1, 4, 16, 64, 256],
+        help="comma-separated M values (default 1,4,16,64,256)",
+    )
     p.add_argument("--vocab", type=_positive("--vocab"), default=151552)
-    p.add_argument("--iters", type=_positive("--iters"), default=None,
-                   help="calls per burst (GPU 50, CPU 2)")
-    p.add_argument("--reps", type=_positive("--reps"), default=None,
-                   help="bursts per method (GPU 15, CPU 3)")
+    p.add_argument(
+        "--iters", type=_positive("--iters"), default=None, help="calls per burst (GPU 50, CPU 2)"
+    )
+    p.add_argument(
+        "--reps", type=_positive("--reps"), default=None, help="bursts per method (GPU 15, CPU 3)"
+    )
     p.add_argument("--graphs", action="store_true", help="time CUDA graph replays (GPU only)")
     p.add_argument("--json", default=None, help="also write the table here")
     p.add_argument("--out", default=None, help="directory for the table (.txt) and .json")

@@ -37,24 +37,32 @@ def compare(outdir: Path) -> list[str]:
             print(f"skipping {path.name}: {exc}", file=sys.stderr)
     base = [(n, d) for n, d in docs if d["machine"]["mode"] == "nccl" and d["machine"]["tp"] == 2]
     spread = [(n, d) for n, d in docs if d["machine"]["mode"] == "spread"]
-    lines = [f"spread target: ours graph replay at M=1, spread tp=8 <= {BOUND}x tp=2 (one "
-             "process per GPU)"]
+    lines = [
+        f"spread target: ours graph replay at M=1, spread tp=8 <= {BOUND}x tp=2 (one "
+        "process per GPU)"
+    ]
     if not base or not spread:
-        return lines + [f"  not measured: found {len(base)} tp=2 run(s), {len(spread)} spread "
-                        f"run(s) in {outdir}"]
+        return lines + [
+            f"  not measured: found {len(base)} tp=2 run(s), {len(spread)} spread "
+            f"run(s) in {outdir}"
+        ]
     ref, ref_fig = base[0][0], _graph_m1(base[0][1])
     for name, doc in spread:
         tp, mine = doc["machine"]["tp"], _graph_m1(doc)
         shared = [v for v in mine if v in ref_fig]
         if not shared:
-            lines.append(f"  tp={tp} ({name}): not measured (no V with graph replay at M=1 in "
-                         f"both this run and {ref})")
+            lines.append(
+                f"  tp={tp} ({name}): not measured (no V with graph replay at M=1 in "
+                f"both this run and {ref})"
+            )
             continue
         v = shared[0]
         ratio = mine[v] / ref_fig[v]
         verdict = ("met" if ratio <= BOUND else "MISSED") if tp == 8 else "for information"
-        lines.append(f"  tp={tp} spread {mine[v]:.2f} µs / tp=2 {ref_fig[v]:.2f} µs (V={v}) = "
-                     f"{ratio:.2f}x: {verdict}")
+        lines.append(
+            f"  tp={tp} spread {mine[v]:.2f} µs / tp=2 {ref_fig[v]:.2f} µs (V={v}) = "
+            f"{ratio:.2f}x: {verdict}"
+        )
     return lines
 
 

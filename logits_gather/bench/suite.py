@@ -57,18 +57,26 @@ def _gate(ctx: Any, data: InputSets, methods: dict[str, Method], status: dict) -
         bad = [(r, p) for r, p in enumerate(everyone) if p]
         if bad:
             kind = "WRONG" if any(p[0] == "WRONG" for _, p in bad) else "unavailable"
-            status[name] = {"status": kind,
-                            "reason": "; ".join(f"rank {r}: {p[1]}" for r, p in bad)}
+            status[name] = {
+                "status": kind,
+                "reason": "; ".join(f"rank {r}: {p[1]}" for r, p in bad),
+            }
             meth.close()
             probes.keep_alive(meth)
             del methods[name]
 
 
-def _row(ctx: Any, clock: Any, data: InputSets, methods: dict[str, Method], ws1: Any,
-         m: int, bar: Any) -> dict[str, Any]:
+def _row(
+    ctx: Any, clock: Any, data: InputSets, methods: dict[str, Method], ws1: Any, m: int, bar: Any
+) -> dict[str, Any]:
     cfg, w, item = ctx.cfg, ctx.world, data.shards[0][0].element_size()
-    row: dict[str, Any] = {"m": m, "egress_bytes": (w - 1) * m * data.columns * item,
-                           "device_us": {}, "host_us": {}, "graph_us": {}}
+    row: dict[str, Any] = {
+        "m": m,
+        "egress_bytes": (w - 1) * m * data.columns * item,
+        "device_us": {},
+        "host_us": {},
+        "graph_us": {},
+    }
     xs = {name: meth.inputs(m) for name, meth in methods.items()}
     est, iters, host = {}, {}, {}
     samples: dict[str, list[list[float]]] = {name: [[], []] for name in methods}
@@ -83,16 +91,18 @@ def _row(ctx: Any, clock: Any, data: InputSets, methods: dict[str, Method], ws1:
             if ctx.cuda and cfg.host:
                 calls = burst_size(est[name], 4 * cfg.budget_ms, cfg.host_calls, meth.launches)
                 guess = min(est[name], 1000.0)  # host µs per call, to size the spin
-                host.setdefault(name, []).append(clock.host(meth, schedule(xs[name], calls),
-                                                            guess))
+                host.setdefault(name, []).append(clock.host(meth, schedule(xs[name], calls), guess))
             host_us = min(host[name]) if name in host else est[name]
             for b in range(cfg.bursts):
                 seq = schedule(xs[name], iters[name], start=b)
                 samples[name][p].append(clock.burst(meth, seq, host_us))
     gathered = ctx.gather((samples, host))
     for name in methods:
-        row["device_us"][name] = {**summarize([g[0][name] for g in gathered]),
-                                  "iters": iters[name], "bursts": cfg.bursts}
+        row["device_us"][name] = {
+            **summarize([g[0][name] for g in gathered]),
+            "iters": iters[name],
+            "bursts": cfg.bursts,
+        }
         if name in host:
             row["host_us"][name] = summarize([[[h] for h in g[1][name]] for g in gathered])
     if ws1 is not None and ws1.reason is None:
@@ -104,13 +114,29 @@ def _row(ctx: Any, clock: Any, data: InputSets, methods: dict[str, Method], ws1:
     if ctx.cuda and cfg.graphs:
         for name in (n for n in GRAPHED if n in methods and methods[n].graphable):
             ctx.beat(f"M={m} {name} graph")
-            row["graph_us"][name] = _graph(ctx, clock, data, methods[name], xs[name], m,
-                                           est[name], row["device_us"][name]["median"])
+            row["graph_us"][name] = _graph(
+                ctx,
+                clock,
+                data,
+                methods[name],
+                xs[name],
+                m,
+                est[name],
+                row["device_us"][name]["median"],
+            )
     return row
 
 
-def _graph(ctx: Any, clock: Any, data: InputSets, meth: Method, xs: list[torch.Tensor], m: int,
-           est: float, eager_us: float) -> dict[str, Any]:
+def _graph(
+    ctx: Any,
+    clock: Any,
+    data: InputSets,
+    meth: Method,
+    xs: list[torch.Tensor],
+    m: int,
+    est: float,
+    eager_us: float,
+) -> dict[str, Any]:
     cfg, calls = ctx.cfg, ctx.cfg.graph_calls
     graph, outs, problem = None, [], None
     try:
@@ -128,8 +154,12 @@ def _graph(ctx: Any, clock: Any, data: InputSets, meth: Method, xs: list[torch.T
     del graph, outs
     if wrong:
         return {"status": "WRONG", "reason": wrong}
-    out = {"status": "ok", **summarize(ctx.gather(times)), "calls_per_graph": calls,
-           "replays": replays}
+    out = {
+        "status": "ok",
+        **summarize(ctx.gather(times)),
+        "calls_per_graph": calls,
+        "replays": replays,
+    }
     out["vs_eager"] = out["median"] / eager_us if eager_us else None
     return out
 
@@ -140,9 +170,15 @@ def bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Any, side: dict[str, Any]
     cfg = ctx.cfg
     columns = vocab // ctx.world
     ctx.beat(f"V={vocab}: inputs")
-    data = InputSets(seed=cfg.seed + vocab, sets=cfg.sets, world=ctx.world,
-                     capacity=cfg.capacity, columns=columns, dtype=cfg.torch_dtype,
-                     device=ctx.device)
+    data = InputSets(
+        seed=cfg.seed + vocab,
+        sets=cfg.sets,
+        world=ctx.world,
+        capacity=cfg.capacity,
+        columns=columns,
+        dtype=cfg.torch_dtype,
+        device=ctx.device,
+    )
     bar.label(f"V={vocab} build and check")
     methods, status = _build(ctx, columns, data.mine(ctx.rank))
     _gate(ctx, data, methods, status)
@@ -155,8 +191,11 @@ def bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Any, side: dict[str, Any]
         bar.step()
     limit = limit_mod.derive(rows, side["limits"], ctx.plan, cfg)
     if "limit" in cfg.methods:
-        status["limit"] = {"status": "ok" if limit["status"] == "ok" else "unavailable",
-                           "reason": limit["reason"], "detail": "measured ceiling"}
+        status["limit"] = {
+            "status": "ok" if limit["status"] == "ok" else "unavailable",
+            "reason": limit["reason"],
+            "detail": "measured ceiling",
+        }
     ctx.sync()
     ctx.barrier()
     for name, meth in methods.items():  # same order on every rank: closing may be collective
@@ -167,6 +206,13 @@ def bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Any, side: dict[str, Any]
         probes.keep_alive(meth)
     ctx.sync()
     ctx.barrier()
-    return {"vocab": vocab, "columns_per_rank": columns, "dtype": cfg.dtype, "methods": status,
-            "nccl_kernels": kernels, "limit": limit, "rows": rows,
-            "ws1": None if ws1 is None else (ws1.reason or "ok")}
+    return {
+        "vocab": vocab,
+        "columns_per_rank": columns,
+        "dtype": cfg.dtype,
+        "methods": status,
+        "nccl_kernels": kernels,
+        "limit": limit,
+        "rows": rows,
+        "ws1": None if ws1 is None else (ws1.reason or "ok"),
+    }

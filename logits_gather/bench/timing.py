@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 Call = Callable[[torch.Tensor], Any]
-MAX_QUEUED_LAUNCHES = 600   # below CUDA's pending-launch queue, so issuing never blocks
+MAX_QUEUED_LAUNCHES = 600  # below CUDA's pending-launch queue, so issuing never blocks
 MAX_PREFILL_US = 200_000.0
 # Every timed burst starts after at least this much spinning: the host pauses between
 # bursts (agreement between ranks), and a burst that starts on an idle GPU can run
@@ -145,8 +145,15 @@ def summarize(per_rank_passes: list[list[list[float]]]) -> dict[str, Any]:
     """``per_rank_passes[rank][pass]`` = per-call times of each burst. Median per rank,
     then the max across ranks; the same per pass, and the spread between passes."""
     per_rank = [statistics.median([t for p in passes for t in p]) for passes in per_rank_passes]
-    passes = [max(statistics.median(pr[i]) for pr in per_rank_passes)
-              for i in range(len(per_rank_passes[0]))]
+    passes = [
+        max(statistics.median(pr[i]) for pr in per_rank_passes)
+        for i in range(len(per_rank_passes[0]))
+    ]
     spread = (max(passes) - min(passes)) / min(passes) * 100 if min(passes) > 0 else None
-    return {"median": max(per_rank), "passes": passes, "spread_pct": spread,
-            "per_rank": per_rank, "worst_rank": per_rank.index(max(per_rank))}
+    return {
+        "median": max(per_rank),
+        "passes": passes,
+        "spread_pct": spread,
+        "per_rank": per_rank,
+        "worst_rank": per_rank.index(max(per_rank)),
+    }

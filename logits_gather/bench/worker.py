@@ -26,7 +26,7 @@ class Ctx:
     rank: int
     world: int
     device: torch.device
-    ctrl: Any                      # gloo group for host-side agreement
+    ctrl: Any  # gloo group for host-side agreement
     beat: Callable[[str], None]
 
     @property
@@ -87,8 +87,9 @@ def setup(cfg: Config, plan: Plan, rank: int, beat: Callable[[str], None]) -> Ct
     _init(plan, rank, device, cfg.stall_timeout)
     world = dist.get_world_size()
     ctrl = dist.new_group(backend="gloo") if plan.pg_backend != "gloo" else dist.group.WORLD
-    return Ctx(cfg=cfg, plan=plan, rank=dist.get_rank(), world=world, device=device, ctrl=ctrl,
-               beat=beat)
+    return Ctx(
+        cfg=cfg, plan=plan, rank=dist.get_rank(), world=world, device=device, ctrl=ctrl, beat=beat
+    )
 
 
 def run(cfg: Config, plan: Plan, rank: int, beat: Callable[[str], None]) -> None:
@@ -141,11 +142,19 @@ def _run(ctx: Ctx) -> None:
         report.finish(info, ctx, results)
     ctx.sync()
     ctx.barrier()
-    timed = [n for res in results for n, st in res["methods"].items()
-             if n != "limit" and st["status"] == "ok"]
+    timed = [
+        n
+        for res in results
+        for n, st in res["methods"].items()
+        if n != "limit" and st["status"] == "ok"
+    ]
     if not timed:  # every rank raises: a run that timed nothing must not exit 0
-        raise RuntimeError("no method could be timed: " + "; ".join(
-            f"{n} {st['status']}: {st.get('reason')}" for n, st in results[0]["methods"].items()))
+        raise RuntimeError(
+            "no method could be timed: "
+            + "; ".join(
+                f"{n} {st['status']}: {st.get('reason')}" for n, st in results[0]["methods"].items()
+            )
+        )
     ctx.barrier()
     release_all()  # every rank at once: no peer is still writing into what is freed
     ctx.sync()

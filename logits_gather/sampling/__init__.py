@@ -43,13 +43,16 @@ _samplers: dict[tuple[Any, ...], VocabParallelSampler] = {}
 
 def _world(group: dist.ProcessGroup | None) -> int:
     if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("logits_gather.sampling needs torch.distributed to be initialised "
-                           "(call torch.distributed.init_process_group first)")
+        raise RuntimeError(
+            "logits_gather.sampling needs torch.distributed to be initialised "
+            "(call torch.distributed.init_process_group first)"
+        )
     return dist.get_world_size(group)
 
 
-def cached_sampler(shard: torch.Tensor,
-                   group: dist.ProcessGroup | None = None) -> VocabParallelSampler:
+def cached_sampler(
+    shard: torch.Tensor, group: dist.ProcessGroup | None = None
+) -> VocabParallelSampler:
     """The sampler the module functions use for ``shard``; collective when it is new."""
     _world(group)
     m = checks.shard(shard)
@@ -70,10 +73,15 @@ def greedy(shard: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch
     return cached_sampler(shard, group).greedy(shard)
 
 
-def sample(shard: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor,
-           group: dist.ProcessGroup | None = None, top_k: int | torch.Tensor | None = None,
-           top_p: float | torch.Tensor | None = None,
-           min_p: float | torch.Tensor | None = None) -> torch.Tensor:
+def sample(
+    shard: torch.Tensor,
+    temperature: torch.Tensor,
+    seed: torch.Tensor,
+    group: dist.ProcessGroup | None = None,
+    top_k: int | torch.Tensor | None = None,
+    top_p: float | torch.Tensor | None = None,
+    min_p: float | torch.Tensor | None = None,
+) -> torch.Tensor:
     """Sampled token ids ``[M]``; see :meth:`VocabParallelSampler.sample`."""
     m = checks.shard(shard)
     vocab = _world(group) * shard.shape[1]
@@ -88,8 +96,12 @@ def sample(shard: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor,
     return sampler._sample(shard, t, seeds, k, p, mp)
 
 
-def logprobs(shard: torch.Tensor, token_ids: torch.Tensor,
-             group: dist.ProcessGroup | None = None, top_n: int = 0) -> Logprobs:
+def logprobs(
+    shard: torch.Tensor,
+    token_ids: torch.Tensor,
+    group: dist.ProcessGroup | None = None,
+    top_n: int = 0,
+) -> Logprobs:
     """Token logprobs and optional top-n; see :meth:`VocabParallelSampler.logprobs`."""
     m = checks.shard(shard)
     vocab = _world(group) * shard.shape[1]
@@ -100,5 +112,12 @@ def logprobs(shard: torch.Tensor, token_ids: torch.Tensor,
     return sampler._logprobs(shard, ids, n)
 
 
-__all__ = ["MAX_CANDIDATES", "Logprobs", "VocabParallelSampler", "cached_sampler", "greedy",
-           "logprobs", "sample"]
+__all__ = [
+    "MAX_CANDIDATES",
+    "Logprobs",
+    "VocabParallelSampler",
+    "cached_sampler",
+    "greedy",
+    "logprobs",
+    "sample",
+]

@@ -25,14 +25,18 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def shard(x: Any, *, columns: int | None = None, capacity: int | None = None,
-          device: torch.device | None = None) -> int:
+def shard(
+    x: Any,
+    *,
+    columns: int | None = None,
+    capacity: int | None = None,
+    device: torch.device | None = None,
+) -> int:
     """Checks ``shard`` and returns ``M``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"shard must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in DTYPES:
-        raise TypeError(f"shard.dtype must be one of {', '.join(map(str, DTYPES))}, "
-                        f"got {x.dtype}")
+        raise TypeError(f"shard.dtype must be one of {', '.join(map(str, DTYPES))}, got {x.dtype}")
     if x.dim() != 2:
         raise ValueError(f"shard must be 2-D [M, N], got shape {tuple(x.shape)}")
     m, n = x.shape
@@ -41,8 +45,9 @@ def shard(x: Any, *, columns: int | None = None, capacity: int | None = None,
     if columns is not None and n != columns:
         raise ValueError(f"shard.shape[1] must equal the sampler's columns={columns}, got {n}")
     if capacity is not None and m > capacity:
-        raise ValueError(f"shard.shape[0] (M) must be <= the sampler's capacity={capacity}, "
-                         f"got {m}")
+        raise ValueError(
+            f"shard.shape[0] (M) must be <= the sampler's capacity={capacity}, got {m}"
+        )
     if device is not None and x.device != device:
         raise ValueError(f"shard.device must be {device}, got {x.device}")
     return m
@@ -57,8 +62,9 @@ def _row_vector(name: str, x: Any, m: int, device: torch.device, kind: str) -> t
         want = "a floating" if kind == "float" else "an integer"
         raise TypeError(f"{name} must have {want} dtype, got {x.dtype}")
     if x.dim() != 1 or x.shape[0] != m:
-        raise ValueError(f"{name} must be 1-D of length M={m} (shard.shape[0]), "
-                         f"got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must be 1-D of length M={m} (shard.shape[0]), got shape {tuple(x.shape)}"
+        )
     if x.device != device and x.device.type != "cpu":
         raise ValueError(f"{name} must be on the CPU or on {device}, got {x.device}")
     dtype = torch.float32 if kind == "float" else torch.int64
@@ -72,8 +78,10 @@ def temperature(x: Any, m: int, device: torch.device, check_values: bool) -> tor
         bad = ~(t >= 0) | torch.isinf(t)
         if bool(bad.any()):
             row = int(bad.nonzero()[0, 0])
-            raise ValueError(f"temperature must be finite and >= 0 (0 means greedy), "
-                             f"got {t[row].item()} at row {row}")
+            raise ValueError(
+                f"temperature must be finite and >= 0 (0 means greedy), "
+                f"got {t[row].item()} at row {row}"
+            )
     return t.view(m, 1)
 
 
@@ -82,16 +90,17 @@ def seed(x: Any, m: int, device: torch.device) -> torch.Tensor:
     return _row_vector("seed", x, m, device, "int")
 
 
-def token_ids(x: Any, m: int, vocab: int, device: torch.device,
-              check_values: bool) -> torch.Tensor:
+def token_ids(x: Any, m: int, vocab: int, device: torch.device, check_values: bool) -> torch.Tensor:
     """Returns global token ids as int64 ``[M]`` on ``device``."""
     ids = _row_vector("token_ids", x, m, device, "int")
     if check_values and not _capturing(device):
         bad = (ids < 0) | (ids >= vocab)
         if bool(bad.any()):
             row = int(bad.nonzero()[0, 0])
-            raise ValueError(f"token_ids must be in [0, {vocab}) (the global vocabulary), "
-                             f"got {ids[row].item()} at row {row}")
+            raise ValueError(
+                f"token_ids must be in [0, {vocab}) (the global vocabulary), "
+                f"got {ids[row].item()} at row {row}"
+            )
     return ids
 
 
@@ -101,8 +110,9 @@ def _bad_row(bad: torch.Tensor, x: torch.Tensor, name: str, rule: str) -> None:
         raise ValueError(f"{name} must be {rule}, got {x[row].item()} at row {row}")
 
 
-def top_k(k: Any, m: int, vocab: int, device: torch.device,
-          check_values: bool = True) -> int | torch.Tensor | None:
+def top_k(
+    k: Any, m: int, vocab: int, device: torch.device, check_values: bool = True
+) -> int | torch.Tensor | None:
     """None, an int in ``0..vocab`` (0: off), or int64 ``[M, 1]`` on ``device``."""
     if k is None:
         return None
@@ -112,16 +122,26 @@ def top_k(k: Any, m: int, vocab: int, device: torch.device,
             _bad_row(t < 0, t, "top_k", f"in 0..{vocab} (0 means off)")
         return t.view(m, 1)
     if not _is_int(k):
-        raise TypeError(f"top_k must be None, an int or an integer tensor of length M={m}, "
-                        f"got {type(k).__name__} {k!r}")
+        raise TypeError(
+            f"top_k must be None, an int or an integer tensor of length M={m}, "
+            f"got {type(k).__name__} {k!r}"
+        )
     if not 0 <= k <= vocab:
-        raise ValueError(f"top_k must be in 0..{vocab} (0 means off; the global vocabulary), "
-                         f"got {k}")
+        raise ValueError(
+            f"top_k must be in 0..{vocab} (0 means off; the global vocabulary), got {k}"
+        )
     return k
 
 
-def _probability(name: str, x: Any, m: int, device: torch.device, check_values: bool,
-                 low_open: bool, dtype: torch.dtype) -> float | torch.Tensor | None:
+def _probability(
+    name: str,
+    x: Any,
+    m: int,
+    device: torch.device,
+    check_values: bool,
+    low_open: bool,
+    dtype: torch.dtype,
+) -> float | torch.Tensor | None:
     rule = "in (0, 1]" if low_open else "in [0, 1]"
     if x is None:
         return None
@@ -132,8 +152,10 @@ def _probability(name: str, x: Any, m: int, device: torch.device, check_values: 
             _bad_row(bad, t, name, rule)
         return x.to(device=device, dtype=dtype).view(m, 1)
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(f"{name} must be None, a float or a floating tensor of length M={m}, "
-                        f"got {type(x).__name__} {x!r}")
+        raise TypeError(
+            f"{name} must be None, a float or a floating tensor of length M={m}, "
+            f"got {type(x).__name__} {x!r}"
+        )
     if not ((0 < x) if low_open else (0 <= x)) or not x <= 1:
         raise ValueError(f"{name} must be {rule}, got {x}")
     return float(x)
@@ -163,5 +185,6 @@ def construction(columns: Any, capacity: Any, backend: Any) -> None:
     if not _is_int(capacity) or capacity < 1:
         raise ValueError(f"capacity must be a positive int, got {capacity!r}")
     if backend not in ("auto", "symm_mem", "torch.distributed"):
-        raise ValueError("backend must be 'auto', 'symm_mem' or 'torch.distributed', "
-                         f"got {backend!r}")
+        raise ValueError(
+            f"backend must be 'auto', 'symm_mem' or 'torch.distributed', got {backend!r}"
+        )

@@ -34,10 +34,22 @@ _retired: list[Exchange] = []
 class Exchange:
     """A ``LogitsGather`` of fp32 ``[rows, width]`` plus the payload it sends."""
 
-    def __init__(self, width: int, capacity: int, group: dist.ProcessGroup | None,
-                 device: torch.device, backend: str) -> None:
-        self.gather = LogitsGather(columns=width, capacity=capacity, device=device, group=group,
-                                   dtype=torch.float32, backend=backend)
+    def __init__(
+        self,
+        width: int,
+        capacity: int,
+        group: dist.ProcessGroup | None,
+        device: torch.device,
+        backend: str,
+    ) -> None:
+        self.gather = LogitsGather(
+            columns=width,
+            capacity=capacity,
+            device=device,
+            group=group,
+            dtype=torch.float32,
+            backend=backend,
+        )
         self.width = width
         self.capacity = capacity
         self.world_size = self.gather.world_size
@@ -65,8 +77,15 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def get(width: int, rows: int, group: dist.ProcessGroup | None, device: torch.device,
-        backend: str = "auto", *, capacity: int | None = None) -> Exchange:
+def get(
+    width: int,
+    rows: int,
+    group: dist.ProcessGroup | None,
+    device: torch.device,
+    backend: str = "auto",
+    *,
+    capacity: int | None = None,
+) -> Exchange:
     """The cached exchange for ``(group, device, width, backend)`` with room for ``rows``.
 
     Collective when it has to build: ``capacity`` (default: the next power of
@@ -81,7 +100,8 @@ def get(width: int, rows: int, group: dist.ProcessGroup | None, device: torch.de
         raise RuntimeError(
             f"logits_gather.sampling: no exchange of width {width} for {rows} rows ({have}); "
             "it is built collectively on first use, which cannot happen inside CUDA graph "
-            "capture: run the same operation (same top_k/top_n, M >= this M) once before capture")
+            "capture: run the same operation (same top_k/top_n, M >= this M) once before capture"
+        )
     if capacity is None:
         capacity = 1 << max(rows - 1, 1).bit_length()
         if ex is not None:
@@ -90,14 +110,14 @@ def get(width: int, rows: int, group: dist.ProcessGroup | None, device: torch.de
     new = Exchange(width, capacity, group, device, backend)
     if ex is not None:
         _retired.append(ex)
-        log.debug("logits_gather.sampling: width-%d exchange grown to capacity %d",
-                  width, capacity)
+        log.debug("logits_gather.sampling: width-%d exchange grown to capacity %d", width, capacity)
     _cache[key] = new
     return new
 
 
-def find(width: int, group: dist.ProcessGroup | None, device: torch.device,
-         backend: str = "auto") -> Exchange | None:
+def find(
+    width: int, group: dist.ProcessGroup | None, device: torch.device, backend: str = "auto"
+) -> Exchange | None:
     """The cached exchange, if one was built; never collective."""
     return _cache.get((_group_key(group), device, width, backend))
 

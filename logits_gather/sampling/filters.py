@@ -25,9 +25,15 @@ from . import ops, rng, select
 _SMAX = 1  # payload column (fp32) of the local max of s in the greedy exchange
 
 
-def sample(sampler, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor,
-           top_k: torch.Tensor | None, top_p: torch.Tensor | None,
-           min_p: torch.Tensor | None) -> torch.Tensor:
+def sample(
+    sampler,
+    shard: torch.Tensor,
+    t: torch.Tensor,
+    seed: torch.Tensor,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+    min_p: torch.Tensor | None,
+) -> torch.Tensor:
     """``t`` fp32 ``[M, 1]``, ``seed`` int64 ``[M]``; filters None or ``[M, 1]`` tensors
     (``top_k`` int64, ``top_p`` float64, ``min_p`` fp32) on the sampler's device."""
     m = shard.shape[0]

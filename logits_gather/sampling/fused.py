@@ -68,8 +68,9 @@ class _Launcher:
         self._cache: dict[tuple, Any] = {}
         self._jit_only = os.environ.get(JIT_ENV) == "1"
 
-    def __call__(self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int],
-                 warps: int) -> None:
+    def __call__(
+        self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
+    ) -> None:
         key = (fn, grid[1], warps, tuple(consts.values()), *map(_spec, args))
         ck = None if self._jit_only else self._cache.get(key)
         if ck is not None:
@@ -77,12 +78,26 @@ class _Launcher:
                 from triton.runtime import driver
 
                 stream = driver.active.get_current_stream(torch.cuda.current_device())
-                ck.run(grid[0], grid[1], 1, stream, ck.function, ck.packed_metadata, None,
-                       None, None, *args, *consts.values())
+                ck.run(
+                    grid[0],
+                    grid[1],
+                    1,
+                    stream,
+                    ck.function,
+                    ck.packed_metadata,
+                    None,
+                    None,
+                    None,
+                    *args,
+                    *consts.values(),
+                )
                 return
             except Exception:  # noqa: BLE001 - the JIT route below still works
-                log.warning("logits_gather.sampling: cached Triton launch failed; using "
-                            "Triton's JIT dispatch from now on", exc_info=True)
+                log.warning(
+                    "logits_gather.sampling: cached Triton launch failed; using "
+                    "Triton's JIT dispatch from now on",
+                    exc_info=True,
+                )
                 self._jit_only = True
         ck = fn[grid](*args, **consts, num_warps=warps)
         if not self._jit_only and ck is not None and hasattr(ck, "run"):
@@ -118,86 +133,161 @@ class Fused:
     def greedy(self, shard: torch.Tensor, ex: Any) -> torch.Tensor:
         m = shard.shape[0]
         x = self._shard(shard)
-        self.launch(self.k.greedy_local, (m, self.splits),
-                    (x, x.stride(0), ex.payload, ex.width // 2, self.columns, self.col0),
-                    {"BLOCK": self.block}, self.warps)
+        self.launch(
+            self.k.greedy_local,
+            (m, self.splits),
+            (x, x.stride(0), ex.payload, ex.width // 2, self.columns, self.col0),
+            {"BLOCK": self.block},
+            self.warps,
+        )
         g = ex.send(m)
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
         c = self.world * self.splits
-        self.launch(self.k.greedy_final, (m, 1), (g, out, self.world * ex.width // 2, c),
-                    {"CAND": max(2, _pow2(c))}, 1)
+        self.launch(
+            self.k.greedy_final,
+            (m, 1),
+            (g, out, self.world * ex.width // 2, c),
+            {"CAND": max(2, _pow2(c))},
+            1,
+        )
         return out
 
-    def sample(self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, k: int | None,
-               ex: Any) -> torch.Tensor:
+    def sample(
+        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, k: int | None, ex: Any
+    ) -> torch.Tensor:
         """``t`` fp32 ``[M]``, ``seed`` int64 ``[M]``; ``k`` None or 1..64 (fast top-k)."""
         m = shard.shape[0]
         x = self._shard(shard)
         kp = 0 if k is None else self.room(k)
-        self.launch(self.k.sample_local, (m, self.splits),
-                    (x, x.stride(0), t, seed, ex.payload, ex.width // 2, self.columns,
-                     self.col0), {"BLOCK": self.block, "KP": kp}, self.warps)
+        self.launch(
+            self.k.sample_local,
+            (m, self.splits),
+            (x, x.stride(0), t, seed, ex.payload, ex.width // 2, self.columns, self.col0),
+            {"BLOCK": self.block, "KP": kp},
+            self.warps,
+        )
         g = ex.send(m)
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
         c = self.world * self.splits
-        self.launch(self.k.sample_final, (m, 1), (g, t, out, self.world * ex.width // 2, c, k or 0),
-                    {"CAND": max(2, _pow2(c)), "KP": kp, "KCAND": _pow2(c * kp) if kp else 1},
-                    8 if kp else 1)
+        self.launch(
+            self.k.sample_final,
+            (m, 1),
+            (g, t, out, self.world * ex.width // 2, c, k or 0),
+            {"CAND": max(2, _pow2(c)), "KP": kp, "KCAND": _pow2(c * kp) if kp else 1},
+            8 if kp else 1,
+        )
         return out
 
-    def scores(self, shard: torch.Tensor, t: torch.Tensor,
-               seed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def scores(
+        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(s, g)`` fp32 ``[M, N]`` for the filter path, in one kernel (bit-identical to
         :func:`.rng.perturbed`)."""
         m = shard.shape[0]
         x = self._shard(shard)
         s = torch.empty(m, self.columns, dtype=torch.float32, device=shard.device)
         g = torch.empty_like(s)
-        self.launch(self.k.scores_kernel, (m, self.splits),
-                    (x, x.stride(0), t, seed, s, g, self.columns, self.col0),
-                    {"BLOCK": self.block}, self.warps)
+        self.launch(
+            self.k.scores_kernel,
+            (m, self.splits),
+            (x, x.stride(0), t, seed, s, g, self.columns, self.col0),
+            {"BLOCK": self.block},
+            self.warps,
+        )
         return s, g
 
-    def sample_minp(self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor,
-                    log_min_p: torch.Tensor, ex_greedy: Any, ex: Any) -> torch.Tensor:
+    def sample_minp(
+        self,
+        shard: torch.Tensor,
+        t: torch.Tensor,
+        seed: torch.Tensor,
+        log_min_p: torch.Tensor,
+        ex_greedy: Any,
+        ex: Any,
+    ) -> torch.Tensor:
         """min-p without top-k/top-p: greedy kernel, exchange, min-p kernel (``s_max`` from
         the gathered greedy keys), exchange, final kernel. ``log_min_p`` fp32 ``[M]``."""
         m = shard.shape[0]
         x = self._shard(shard)
-        self.launch(self.k.greedy_local, (m, self.splits),
-                    (x, x.stride(0), ex_greedy.payload, ex_greedy.width // 2, self.columns,
-                     self.col0), {"BLOCK": self.block}, self.warps)
+        self.launch(
+            self.k.greedy_local,
+            (m, self.splits),
+            (x, x.stride(0), ex_greedy.payload, ex_greedy.width // 2, self.columns, self.col0),
+            {"BLOCK": self.block},
+            self.warps,
+        )
         gx = ex_greedy.send(m)
         c = self.world * self.splits
-        self.launch(self.k.minp_local, (m, self.splits),
-                    (x, x.stride(0), t, seed, log_min_p, gx, self.world * ex_greedy.width // 2,
-                     c, ex.payload, ex.width // 2, self.columns, self.col0),
-                    {"BLOCK": self.block, "CAND": max(2, _pow2(c))}, self.warps)
+        self.launch(
+            self.k.minp_local,
+            (m, self.splits),
+            (
+                x,
+                x.stride(0),
+                t,
+                seed,
+                log_min_p,
+                gx,
+                self.world * ex_greedy.width // 2,
+                c,
+                ex.payload,
+                ex.width // 2,
+                self.columns,
+                self.col0,
+            ),
+            {"BLOCK": self.block, "CAND": max(2, _pow2(c))},
+            self.warps,
+        )
         g = ex.send(m)
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
-        self.launch(self.k.sample_final, (m, 1), (g, t, out, self.world * ex.width // 2, c, 0),
-                    {"CAND": max(2, _pow2(c)), "KP": 0, "KCAND": 1}, 1)
+        self.launch(
+            self.k.sample_final,
+            (m, 1),
+            (g, t, out, self.world * ex.width // 2, c, 0),
+            {"CAND": max(2, _pow2(c)), "KP": 0, "KCAND": 1},
+            1,
+        )
         return out
 
-    def logprobs(self, shard: torch.Tensor, ids: torch.Tensor, n: int,
-                 ex: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def logprobs(
+        self, shard: torch.Tensor, ids: torch.Tensor, n: int, ex: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         m = shard.shape[0]
         x = self._shard(shard)
         npad = self.room(n) if n else 0
-        self.launch(self.k.logprobs_local, (m, self.splits),
-                    (x, x.stride(0), ids, ex.payload, ex.width // 2, self.columns, self.col0),
-                    {"BLOCK": self.block, "NP": npad}, self.warps)
+        self.launch(
+            self.k.logprobs_local,
+            (m, self.splits),
+            (x, x.stride(0), ids, ex.payload, ex.width // 2, self.columns, self.col0),
+            {"BLOCK": self.block, "NP": npad},
+            self.warps,
+        )
         g = ex.send(m)
         dev = shard.device
         lp = torch.empty(m, dtype=torch.float32, device=dev)
         top_ids = torch.empty(m, n, dtype=torch.int64, device=dev)
         top_lp = torch.empty(m, n, dtype=torch.float32, device=dev)
         c = self.world * self.splits
-        self.launch(self.k.logprobs_final, (m, 1),
-                    (g, ids, lp, top_ids, top_lp, self.world * ex.width // 2, ex.width // 2,
-                     self.splits, c, self.columns, self.world, n),
-                    {"CAND": max(2, _pow2(c)), "NP": npad,
-                     "NCAND": _pow2(c * npad) if npad else 1}, 4 if npad else 1)
+        self.launch(
+            self.k.logprobs_final,
+            (m, 1),
+            (
+                g,
+                ids,
+                lp,
+                top_ids,
+                top_lp,
+                self.world * ex.width // 2,
+                ex.width // 2,
+                self.splits,
+                c,
+                self.columns,
+                self.world,
+                n,
+            ),
+            {"CAND": max(2, _pow2(c)), "NP": npad, "NCAND": _pow2(c * npad) if npad else 1},
+            4 if npad else 1,
+        )
         return lp, top_ids, top_lp
 
 

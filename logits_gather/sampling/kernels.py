@@ -125,8 +125,18 @@ def greedy_local(x_ptr, x_stride, out_ptr, out_stride, N, col0, BLOCK: tl.conste
 
 
 @triton.jit
-def sample_local(x_ptr, x_stride, t_ptr, seed_ptr, out_ptr, out_stride, N, col0,
-                 BLOCK: tl.constexpr, KP: tl.constexpr):
+def sample_local(
+    x_ptr,
+    x_stride,
+    t_ptr,
+    seed_ptr,
+    out_ptr,
+    out_stride,
+    N,
+    col0,
+    BLOCK: tl.constexpr,
+    KP: tl.constexpr,
+):
     """Words per split: ``KP == 0``: [greedy key, best score key];
     ``KP > 0``: [greedy key, KP value keys (s, column), KP score keys (g, column)]."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
@@ -160,8 +170,22 @@ def sample_local(x_ptr, x_stride, t_ptr, seed_ptr, out_ptr, out_stride, N, col0,
 
 
 @triton.jit
-def minp_local(x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gx_ptr, gx_row_words, GC, out_ptr,
-               out_stride, N, col0, BLOCK: tl.constexpr, CAND: tl.constexpr):
+def minp_local(
+    x_ptr,
+    x_stride,
+    t_ptr,
+    seed_ptr,
+    logmp_ptr,
+    gx_ptr,
+    gx_row_words,
+    GC,
+    out_ptr,
+    out_stride,
+    N,
+    col0,
+    BLOCK: tl.constexpr,
+    CAND: tl.constexpr,
+):
     """min-p, after the greedy exchange: words per split [global greedy key, best score key
     among ``(s - s_max) >= log(min_p)``]; ``gx`` holds every split's greedy key, whose
     maximum gives ``s_max = x_max / T``."""
@@ -195,8 +219,17 @@ def _use_greedy(t, gbest):
 
 
 @triton.jit
-def sample_final(g_ptr, t_ptr, out_ptr, row_words, C, k, CAND: tl.constexpr,
-                 KP: tl.constexpr, KCAND: tl.constexpr):
+def sample_final(
+    g_ptr,
+    t_ptr,
+    out_ptr,
+    row_words,
+    C,
+    k,
+    CAND: tl.constexpr,
+    KP: tl.constexpr,
+    KCAND: tl.constexpr,
+):
     """``C`` splits (all ranks) of ``1 + 2 * KP`` words (``2`` when ``KP == 0``)."""
     row = tl.program_id(0).to(tl.int64)
     g = g_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * row_words
@@ -221,8 +254,9 @@ def sample_final(g_ptr, t_ptr, out_ptr, row_words, C, k, CAND: tl.constexpr,
 
 
 @triton.jit
-def logprobs_local(x_ptr, x_stride, ids_ptr, out_ptr, out_stride, N, col0,
-                   BLOCK: tl.constexpr, NP: tl.constexpr):
+def logprobs_local(
+    x_ptr, x_stride, ids_ptr, out_ptr, out_stride, N, col0, BLOCK: tl.constexpr, NP: tl.constexpr
+):
     """Row words: [token logit (fp32), pad], then per split [max, sum exp] (fp32 pair)
     and ``NP`` sort keys (logit, column) of the split's largest logits."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
@@ -246,8 +280,23 @@ def logprobs_local(x_ptr, x_stride, ids_ptr, out_ptr, out_stride, N, col0,
 
 
 @triton.jit
-def logprobs_final(g_ptr, ids_ptr, lp_ptr, top_ids_ptr, top_lp_ptr, row_words, rank_words,
-                   S, C, N, W, n, CAND: tl.constexpr, NP: tl.constexpr, NCAND: tl.constexpr):
+def logprobs_final(
+    g_ptr,
+    ids_ptr,
+    lp_ptr,
+    top_ids_ptr,
+    top_lp_ptr,
+    row_words,
+    rank_words,
+    S,
+    C,
+    N,
+    W,
+    n,
+    CAND: tl.constexpr,
+    NP: tl.constexpr,
+    NCAND: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     g = g_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * row_words
     gf = g.to(tl.pointer_type(tl.float32), bitcast=True)

@@ -69,8 +69,9 @@ def pack_greedy(shard: torch.Tensor, payload: torch.Tensor) -> None:
     _store_max(shard, payload.view(shard.dtype)[:, 0], _i64(payload)[:, 1])
 
 
-def combine_greedy(g: torch.Tensor, dtype: torch.dtype,
-                   columns: int) -> tuple[torch.Tensor, torch.Tensor]:
+def combine_greedy(
+    g: torch.Tensor, dtype: torch.dtype, columns: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns the global argmax ``[M]`` and the per-rank maxima ``[M, W]``."""
     values = g.view(dtype)[..., 0]
     return _pick(values, _i64(g)[..., 1], columns), values
@@ -86,11 +87,12 @@ def combine_best(g: torch.Tensor, columns: int) -> torch.Tensor:
 
 def _candidate_fields(p: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
     w = GREEDY_WIDTH
-    return p[..., w:w + k], p[..., w + k:w + 2 * k], _i64(p)[..., w // 2 + k:w // 2 + 2 * k]
+    return p[..., w : w + k], p[..., w + k : w + 2 * k], _i64(p)[..., w // 2 + k : w // 2 + 2 * k]
 
 
-def pack_candidates(xf: torch.Tensor, scores: torch.Tensor, k: int, room: int,
-                    payload: torch.Tensor) -> None:
+def pack_candidates(
+    xf: torch.Tensor, scores: torch.Tensor, k: int, room: int, payload: torch.Tensor
+) -> None:
     """The shard's part of the top-k sample: ``room`` (value, score, index) slots.
 
     Sends the ``k`` largest logits with their scores and indices. Every logit
@@ -111,7 +113,7 @@ def pack_candidates(xf: torch.Tensor, scores: torch.Tensor, k: int, room: int,
     top = torch.topk(xf, kk, 1)  # not out=: the two payload views differ in strides
     values.copy_(top.values)
     index.copy_(top.indices)
-    t = values[:, kk - 1:]
+    t = values[:, kk - 1 :]
     torch.gather(scores, 1, index, out=sc)
     tie_score, tie_index = torch.where(xf == t, scores, NEG_INF).max(1, keepdim=True)
     at_t = values == t
@@ -119,15 +121,14 @@ def pack_candidates(xf: torch.Tensor, scores: torch.Tensor, k: int, room: int,
     index.copy_(torch.where(at_t, tie_index, index))
 
 
-def combine_candidates(g: torch.Tensor, k: int, room: int,
-                       offsets: torch.Tensor) -> torch.Tensor:
+def combine_candidates(g: torch.Tensor, k: int, room: int, offsets: torch.Tensor) -> torch.Tensor:
     """Global k-th largest ``t`` of the sent logits, then the best score among
     logits ``>= t`` (lowest global index on equal scores)."""
     m, w, _ = g.shape
     values, sc, index = _candidate_fields(g, room)
     values, sc = values.reshape(m, w * room), sc.reshape(m, w * room)
     index = (index + offsets).reshape(m, w * room)
-    t = values.topk(k, 1).values[:, k - 1:]
+    t = values.topk(k, 1).values[:, k - 1 :]
     keep = values >= t
     best = sc.masked_fill(~keep, NEG_INF).amax(1, keepdim=True)
     return index.masked_fill(~(keep & (sc == best)), BIG).amin(1)
@@ -153,8 +154,14 @@ def decode_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return bits.view(torch.float32), _LOW32 - (keys & _LOW32)
 
 
-def pack_logprobs(xf: torch.Tensor, local_ids: torch.Tensor, n: int, room: int,
-                  payload: torch.Tensor, low: torch.Tensor) -> None:
+def pack_logprobs(
+    xf: torch.Tensor,
+    local_ids: torch.Tensor,
+    n: int,
+    room: int,
+    payload: torch.Tensor,
+    low: torch.Tensor,
+) -> None:
     m, columns = xf.shape
     row_max = payload[:, 0]
     torch.amax(xf, 1, out=row_max)
@@ -163,14 +170,15 @@ def pack_logprobs(xf: torch.Tensor, local_ids: torch.Tensor, n: int, room: int,
     torch.sum(torch.sub(xf, shift[:, None]).exp_(), 1, out=payload[:, 1])
     torch.gather(xf, 1, local_ids.clamp(0, columns - 1)[:, None], out=payload[:, 2:3])
     if n:
-        keys = _i64(payload)[:, 2:2 + room]
+        keys = _i64(payload)[:, 2 : 2 + room]
         nn = min(n, columns)
         keys[:, nn:].fill_(torch.iinfo(torch.int64).min)
         keys[:, :nn].copy_(sort_keys(xf, low).topk(nn, 1, sorted=False).values)
 
 
-def combine_logprobs(g: torch.Tensor, token_ids: torch.Tensor, n: int, room: int,
-                     columns: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def combine_logprobs(
+    g: torch.Tensor, token_ids: torch.Tensor, n: int, room: int, columns: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Returns (token logprobs ``[M]``, top ids ``[M, n]``, top logprobs ``[M, n]``)."""
     m, w, _ = g.shape
     row_max, sums, logit = g[..., 0], g[..., 1], g[..., 2]
@@ -181,6 +189,6 @@ def combine_logprobs(g: torch.Tensor, token_ids: torch.Tensor, n: int, room: int
     if not n:
         empty = torch.empty(m, 0, device=g.device)
         return token_lp, empty.long(), empty
-    keys = _i64(g)[..., 2:2 + room].reshape(m, w * room).topk(n, 1).values
+    keys = _i64(g)[..., 2 : 2 + room].reshape(m, w * room).topk(n, 1).values
     values, ids = decode_keys(keys)
     return token_lp, ids, values.sub(big).sub_(log_sum)

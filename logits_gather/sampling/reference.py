@@ -54,8 +54,9 @@ def _row(value, m: int, dtype: torch.dtype, device: torch.device) -> torch.Tenso
     return value.to(device=device, dtype=dtype).expand(m).reshape(m, 1)
 
 
-def top_p_cut(s: torch.Tensor, smax: torch.Tensor, keep: torch.Tensor,
-              p: torch.Tensor) -> torch.Tensor:
+def top_p_cut(
+    s: torch.Tensor, smax: torch.Tensor, keep: torch.Tensor, p: torch.Tensor
+) -> torch.Tensor:
     """``tau`` ``[M, 1]`` of the definition above (``p`` float64 ``[M, 1]``)."""
     q = torch.floor(torch.exp(s - smax) * MASS_SCALE).to(torch.int64)
     q = torch.where(keep, q, 0)
@@ -68,8 +69,14 @@ def top_p_cut(s: torch.Tensor, smax: torch.Tensor, keep: torch.Tensor,
     return order.values.gather(1, first)
 
 
-def sample(logits: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor,
-           top_k=None, top_p=None, min_p=None) -> torch.Tensor:
+def sample(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    seed: torch.Tensor,
+    top_k=None,
+    top_p=None,
+    min_p=None,
+) -> torch.Tensor:
     """The definition above. ``temperature``/``seed`` ``[M]`` (converted to fp32/int64);
     ``top_k``/``top_p``/``min_p`` None, a scalar or ``[M]``, on the logits' device."""
     m, v = logits.shape
@@ -77,8 +84,9 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor,
     xf = logits.to(torch.float32)
     t = temperature.to(torch.float32)[:, None]
     s = xf.div(torch.where(t > 0, t, 1.0))
-    g = s.sub(rng.neg_log_neg_log_uniform(rng.row_keys(seed.to(dev)),
-                                          rng.column_counters(0, v, dev)))
+    g = s.sub(
+        rng.neg_log_neg_log_uniform(rng.row_keys(seed.to(dev)), rng.column_counters(0, v, dev))
+    )
     smax = s.amax(1, keepdim=True)
     keep = torch.ones_like(s, dtype=torch.bool)
     if min_p is not None:

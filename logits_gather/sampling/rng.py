@@ -30,7 +30,7 @@ GAMMA = _signed(0x9E3779B97F4A7C15)
 MIX1 = _signed(0xBF58476D1CE4E5B9)
 MIX2 = _signed(0x94D049BB133111EB)
 UNIFORM_BITS = 23
-MASS_SCALE = 2.0 ** 40
+MASS_SCALE = 2.0**40
 """top-p masses are ``floor(exp(s - s_max) * MASS_SCALE)`` (see :mod:`.reference`)."""
 
 
@@ -61,12 +61,13 @@ def neg_log_neg_log_uniform(keys: torch.Tensor, counters: torch.Tensor) -> torch
     # The top bits of the last multiply are the best mixed; the final xorshift
     # of SplitMix64 would not change them.
     z.bitwise_right_shift_(64 - UNIFORM_BITS).bitwise_and_((1 << UNIFORM_BITS) - 1)
-    u = z.to(torch.float32).add_(0.5).mul_(2.0 ** -UNIFORM_BITS)
+    u = z.to(torch.float32).add_(0.5).mul_(2.0**-UNIFORM_BITS)
     return u.log_().neg_().log_()
 
 
-def perturbed(logits: torch.Tensor, temperature: torch.Tensor, keys: torch.Tensor,
-              counters: torch.Tensor) -> torch.Tensor:
+def perturbed(
+    logits: torch.Tensor, temperature: torch.Tensor, keys: torch.Tensor, counters: torch.Tensor
+) -> torch.Tensor:
     """Gumbel-perturbed scores ``logits / T + G`` in fp32; ``argmax`` samples softmax(logits/T).
 
     ``temperature`` is ``[M, 1]`` fp32 and must be > 0 (rows with T == 0 are the

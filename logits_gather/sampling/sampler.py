@@ -46,12 +46,22 @@ class VocabParallelSampler:
     kernel); ``fused=False`` forces the torch-ops path (the one CPUs use).
     """
 
-    def __init__(self, columns: int, capacity: int, group: dist.ProcessGroup | None = None,
-                 device: torch.device | str | int | None = None, *, backend: str = "auto",
-                 check_values: bool = True, fused: bool = True) -> None:
+    def __init__(
+        self,
+        columns: int,
+        capacity: int,
+        group: dist.ProcessGroup | None = None,
+        device: torch.device | str | int | None = None,
+        *,
+        backend: str = "auto",
+        check_values: bool = True,
+        fused: bool = True,
+    ) -> None:
         if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("VocabParallelSampler needs torch.distributed to be initialised "
-                               "(call torch.distributed.init_process_group first)")
+            raise RuntimeError(
+                "VocabParallelSampler needs torch.distributed to be initialised "
+                "(call torch.distributed.init_process_group first)"
+            )
         checks.construction(columns, capacity, backend)
         device, problems = _resolve_device(device)
         if problems:
@@ -72,8 +82,11 @@ class VocabParallelSampler:
         self._low = torch.arange(start, start + columns, dtype=torch.int64, device=device)
         self._low.neg_().add_((1 << 32) - 1)
         self._exchanges: dict[int, exchange.Exchange] = {}
-        self._fused = (fused_mod.Fused(columns, self.world_size, self.rank)
-                       if fused and fused_mod.available(device) else None)
+        self._fused = (
+            fused_mod.Fused(columns, self.world_size, self.rank)
+            if fused and fused_mod.available(device)
+            else None
+        )
         if self._fused is not None:
             widths = (self._fused.width("greedy"), self._fused.width("sample"))
         else:
@@ -89,14 +102,24 @@ class VocabParallelSampler:
     def _exchange(self, width: int, rows: int) -> exchange.Exchange:
         ex = self._exchanges.get(width)
         if ex is None or ex.capacity < rows:
-            ex = exchange.get(width, rows, self.group, self.device, self._backend,
-                              capacity=max(rows, self.capacity))
+            ex = exchange.get(
+                width,
+                rows,
+                self.group,
+                self.device,
+                self._backend,
+                capacity=max(rows, self.capacity),
+            )
             self._exchanges[width] = ex
         return ex
 
     def _rows(self, shard: torch.Tensor) -> int:
-        m = checks.shard(shard, columns=self.columns, device=self.device,
-                         capacity=None if self._grow else self.capacity)
+        m = checks.shard(
+            shard,
+            columns=self.columns,
+            device=self.device,
+            capacity=None if self._grow else self.capacity,
+        )
         if m > self.capacity:  # only when growing: double, so growth stays rare
             self.capacity = max(1 << (m - 1).bit_length(), 2 * self.capacity)
         return m
@@ -113,9 +136,15 @@ class VocabParallelSampler:
         return ops.combine_greedy(ex.send(m), shard.dtype, self.columns)[0]
 
     # -- sample ---------------------------------------------------------------------------
-    def sample(self, shard: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor,
-               top_k: int | torch.Tensor | None = None, top_p: float | torch.Tensor | None = None,
-               min_p: float | torch.Tensor | None = None) -> torch.Tensor:
+    def sample(
+        self,
+        shard: torch.Tensor,
+        temperature: torch.Tensor,
+        seed: torch.Tensor,
+        top_k: int | torch.Tensor | None = None,
+        top_p: float | torch.Tensor | None = None,
+        min_p: float | torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Token ``[M]`` (int64) drawn from softmax(logits / T) restricted by the filters.
 
         Exactly :func:`.reference.sample` on the gathered logits, at any tp (the
@@ -133,9 +162,15 @@ class VocabParallelSampler:
         mp = checks.min_p(min_p, m, dev, self.check_values)
         return self._sample(shard, t, seeds, k, p, mp)
 
-    def _sample(self, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tensor,
-                k: int | torch.Tensor | None = None, p: float | torch.Tensor | None = None,
-                mp: float | torch.Tensor | None = None) -> torch.Tensor:
+    def _sample(
+        self,
+        shard: torch.Tensor,
+        t: torch.Tensor,
+        seeds: torch.Tensor,
+        k: int | torch.Tensor | None = None,
+        p: float | torch.Tensor | None = None,
+        mp: float | torch.Tensor | None = None,
+    ) -> torch.Tensor:
         m = shard.shape[0]
         if isinstance(k, int) and not 0 < k < self.vocab:
             k = None
@@ -145,10 +180,10 @@ class VocabParallelSampler:
             mp = None
         if p is None and mp is None and not isinstance(k, torch.Tensor):
             if self._fused is not None and (k is None or k <= MAX_CANDIDATES):
-                width = self._fused.width("sample" if k is None else "sample_k",
-                                          self._fused.room(k or 1))
-                return self._fused.sample(shard, t.view(m), seeds, k,
-                                          self._exchange(width, m))
+                width = self._fused.width(
+                    "sample" if k is None else "sample_k", self._fused.room(k or 1)
+                )
+                return self._fused.sample(shard, t.view(m), seeds, k, self._exchange(width, m))
             if self._fused is None:
                 return self._sample_ops(shard, t, rng.row_keys(seeds), k)
         dev = self.device
@@ -156,9 +191,14 @@ class VocabParallelSampler:
             if isinstance(mp, float):
                 mp = torch.full((m, 1), mp, dtype=torch.float32, device=dev)
             f = self._fused
-            return f.sample_minp(shard, t.view(m), seeds, torch.log(mp).view(m),
-                                 self._exchange(f.width("greedy"), m),
-                                 self._exchange(f.width("sample"), m))
+            return f.sample_minp(
+                shard,
+                t.view(m),
+                seeds,
+                torch.log(mp).view(m),
+                self._exchange(f.width("greedy"), m),
+                self._exchange(f.width("sample"), m),
+            )
         if isinstance(k, int):
             k = torch.full((m, 1), k, dtype=torch.int64, device=dev)
         if isinstance(p, float):
@@ -167,8 +207,9 @@ class VocabParallelSampler:
             mp = torch.full((m, 1), mp, dtype=torch.float32, device=dev)
         return filters.sample(self, shard, t, seeds, k, p, mp)
 
-    def _sample_ops(self, shard: torch.Tensor, t: torch.Tensor, keys: torch.Tensor,
-                    k: int | None) -> torch.Tensor:
+    def _sample_ops(
+        self, shard: torch.Tensor, t: torch.Tensor, keys: torch.Tensor, k: int | None
+    ) -> torch.Tensor:
         """The torch-ops path (CPU): one exchange, or five for ``top_k > 64``."""
         m = shard.shape[0]
         te = torch.where(t > 0, t, 1.0)
@@ -197,8 +238,7 @@ class VocabParallelSampler:
         return torch.where(use_greedy, greedy, sampled)
 
     # -- logprobs -------------------------------------------------------------------------
-    def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor,
-                 top_n: int = 0) -> Logprobs:
+    def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor, top_n: int = 0) -> Logprobs:
         """log_softmax of the gathered fp32 rows at ``token_ids`` (global ids), plus the
         ``top_n`` (0..20) most likely tokens; see :class:`Logprobs`.
 
@@ -225,9 +265,11 @@ class VocabParallelSampler:
         return Logprobs(*ops.combine_logprobs(ex.send(m), ids, n, room, self.columns))
 
     def __repr__(self) -> str:
-        return (f"VocabParallelSampler(columns={self.columns}, capacity={self.capacity}, "
-                f"device={self.device}, rank={self.rank}/{self.world_size}, "
-                f"backend={self.backend!r})")
+        return (
+            f"VocabParallelSampler(columns={self.columns}, capacity={self.capacity}, "
+            f"device={self.device}, rank={self.rank}/{self.world_size}, "
+            f"backend={self.backend!r})"
+        )
 
 
 __all__ = ["MAX_CANDIDATES", "Logprobs", "VocabParallelSampler"]

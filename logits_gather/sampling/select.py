@@ -37,10 +37,13 @@ def to_value(key: torch.Tensor) -> torch.Tensor:
     return torch.where(s < 0, s ^ 0x7FFFFFFF, s).to(torch.int32).view(torch.float32)
 
 
-def threshold(keys: torch.Tensor, weight: torch.Tensor | None,
-              target: torch.Tensor | Callable[[torch.Tensor], torch.Tensor],
-              exchange: Callable[[torch.Tensor], torch.Tensor],
-              payload: torch.Tensor) -> torch.Tensor:
+def threshold(
+    keys: torch.Tensor,
+    weight: torch.Tensor | None,
+    target: torch.Tensor | Callable[[torch.Tensor], torch.Tensor],
+    exchange: Callable[[torch.Tensor], torch.Tensor],
+    payload: torch.Tensor,
+) -> torch.Tensor:
     """The largest key ``v`` with ``sum(weight[keys >= v]) >= target``, int64 ``[M, 1]``.
 
     ``weight`` int64 ``[M, N]`` (None: all ones), ``target`` int64 ``[M, 1]``
@@ -74,9 +77,12 @@ def threshold(keys: torch.Tensor, weight: torch.Tensor | None,
     return prefix
 
 
-def kth_largest(xf: torch.Tensor, k: int | torch.Tensor,
-                exchange: Callable[[torch.Tensor], torch.Tensor],
-                payload: torch.Tensor) -> torch.Tensor:
+def kth_largest(
+    xf: torch.Tensor,
+    k: int | torch.Tensor,
+    exchange: Callable[[torch.Tensor], torch.Tensor],
+    payload: torch.Tensor,
+) -> torch.Tensor:
     """The k-th largest value of the gathered rows (``k`` an int or int64 ``[M]``),
     as fp32 ``[M, 1]``. Rows with NaN give an unspecified value."""
     m = xf.shape[0]

@@ -63,8 +63,10 @@ def register() -> None:
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
     if not all(hasattr(LogitsProcessor, name) for name in ("register_oot", "_gather_logits")):
-        log.warning("logits_gather: this vLLM's LogitsProcessor has no register_oot or "
-                    "_gather_logits (vLLM >= 0.20 is needed); leaving vLLM stock")
+        log.warning(
+            "logits_gather: this vLLM's LogitsProcessor has no register_oot or "
+            "_gather_logits (vLLM >= 0.20 is needed); leaving vLLM stock"
+        )
         return
     from .processor import GatherLogitsProcessor
 
@@ -72,13 +74,14 @@ def register() -> None:
     if current is GatherLogitsProcessor:
         return
     if current is not None:
-        log.warning("logits_gather: LogitsProcessor is already replaced by %s; leaving it",
-                    current)
+        log.warning("logits_gather: LogitsProcessor is already replaced by %s; leaving it", current)
         return
     LogitsProcessor.register_oot(GatherLogitsProcessor)
-    log_once(f"logits_gather: registered GatherLogitsProcessor in pid {os.getpid()} "
-             f"(environment: {settings.describe()}; additional_config is read when the "
-             "model is built)")
+    log_once(
+        f"logits_gather: registered GatherLogitsProcessor in pid {os.getpid()} "
+        f"(environment: {settings.describe()}; additional_config is read when the "
+        "model is built)"
+    )
 
 
 __all__ = ["register"]

@@ -51,8 +51,14 @@ def row_bytes(padded_vocab: int, itemsize: int, graphs: bool) -> int:
     return slots(graphs) * padded_vocab * itemsize
 
 
-def capacity_for(rows: int, budget_mib: float, padded_vocab: int, itemsize: int,
-                 graphs: bool, explicit: int | None = None) -> int:
+def capacity_for(
+    rows: int,
+    budget_mib: float,
+    padded_vocab: int,
+    itemsize: int,
+    graphs: bool,
+    explicit: int | None = None,
+) -> int:
     """``explicit`` if set, else ``min(rows, budget // row_bytes)`` (0: nothing fits)."""
     if explicit is not None:
         return explicit
@@ -74,8 +80,10 @@ def fit_problem(device: torch.device, needed: int, min_free_mib: float) -> tuple
         return None, f"free memory not checked on {device.type}"
     seen = f"{free / MIB:.0f} MiB free before"
     if free - needed < min_free_mib * MIB:
-        return (f"only {free / MIB:.0f} MiB free, {needed / MIB:.1f} MiB needed and "
-                f"{min_free_mib:.0f} MiB must stay free (min_free_mib)"), seen
+        return (
+            f"only {free / MIB:.0f} MiB free, {needed / MIB:.1f} MiB needed and "
+            f"{min_free_mib:.0f} MiB must stay free (min_free_mib)"
+        ), seen
     return None, seen
 
 
@@ -90,5 +98,12 @@ def agree(cpu_group: Any, mine: Any) -> list[Any]:
     return out
 
 
-__all__ = ["agree", "capacity_for", "device_free_bytes", "fit_problem", "row_bytes",
-           "rows_from_config", "slots"]
+__all__ = [
+    "agree",
+    "capacity_for",
+    "device_free_bytes",
+    "fit_problem",
+    "row_bytes",
+    "rows_from_config",
+    "slots",
+]

@@ -85,8 +85,11 @@ def current_role() -> str:
 def speculator_captures_full(config: object) -> bool:
     """True where V2's speculator records compute_logits in FULL CUDA graphs."""
     try:
-        return bool(config.use_v2_model_runner and not config.model_config.enforce_eager
-                    and config.compilation_config.cudagraph_mode.has_full_cudagraphs())
+        return bool(
+            config.use_v2_model_runner
+            and not config.model_config.enforce_eager
+            and config.compilation_config.cudagraph_mode.has_full_cudagraphs()
+        )
     except Exception:  # noqa: BLE001 - a config without these: no FULL-graph drafter
         return False
 
@@ -132,8 +135,7 @@ class GatherLogitsProcessor(LogitsProcessor):
     def _pick(self, logits: torch.Tensor) -> LogitsGather | None:
         """The LogitsGather for this call, or None for vLLM's gather."""
         if self._unlogged is not None:
-            log.info("%s: vLLM's all-gather, because %s", self._tag(get_tp_group()),
-                     self._unlogged)
+            log.info("%s: vLLM's all-gather, because %s", self._tag(get_tp_group()), self._unlogged)
             self._unlogged = None
         if self._state is _STOCK or logits.dim() != 2 or not logits.is_contiguous():
             return None
@@ -149,8 +151,10 @@ class GatherLogitsProcessor(LogitsProcessor):
                 return None
         lg = self._lg
         if m > lg.capacity:
-            log_once(f"logits_gather: {self.role} steps with more than {lg.capacity} logit rows "
-                     f"use vLLM's all-gather (capacity / memory_mib, {CAPACITY_ENV})")
+            log_once(
+                f"logits_gather: {self.role} steps with more than {lg.capacity} logit rows "
+                f"use vLLM's all-gather (capacity / memory_mib, {CAPACITY_ENV})"
+            )
             return None
         if logits.dtype is not lg.dtype or (mode == "capturing" and not self._capturable):
             return None
@@ -158,16 +162,19 @@ class GatherLogitsProcessor(LogitsProcessor):
 
     def _tag(self, tp: object) -> str:
         rank = dist.get_rank() if dist.is_initialized() else 0
-        return (f"logits_gather [{self.role} LogitsProcessor, TP rank {tp.rank_in_group}/"
-                f"{tp.world_size}, global rank {rank}]")
+        return (
+            f"logits_gather [{self.role} LogitsProcessor, TP rank {tp.rank_in_group}/"
+            f"{tp.world_size}, global rank {rank}]"
+        )
 
     def _build(self, logits: torch.Tensor) -> None:
         """Collective over the TP group (every rank reaches it at the same call)."""
         tp = get_tp_group()
         s, device, world = self._settings, logits.device, tp.world_size
         padded, item = logits.shape[1] * world, logits.element_size()
-        capacity = memory.capacity_for(self.rows, s.memory_mib, padded, item, self.graphs,
-                                       s.capacity)
+        capacity = memory.capacity_for(
+            self.rows, s.memory_mib, padded, item, self.graphs, s.capacity
+        )
         needed = capacity * memory.row_bytes(padded, item, self.graphs)
         reason, seen = None, ""
         if world == 1:
@@ -177,11 +184,15 @@ class GatherLogitsProcessor(LogitsProcessor):
         else:
             local = None
             if s.backend == "auto" and device.type != "cuda":
-                local = (f"logits are on {device} and the fast path needs CUDA "
-                         "(backend=torch.distributed uses the library anyway)")
+                local = (
+                    f"logits are on {device} and the fast path needs CUDA "
+                    "(backend=torch.distributed uses the library anyway)"
+                )
             elif capacity < 1:
-                local = (f"memory_mib={s.memory_mib:g} is below one row "
-                         f"({memory.row_bytes(padded, item, self.graphs)} bytes)")
+                local = (
+                    f"memory_mib={s.memory_mib:g} is below one row "
+                    f"({memory.row_bytes(padded, item, self.graphs)} bytes)"
+                )
             else:
                 try:  # whatever happens here, this rank must reach the agreement
                     local, seen = memory.fit_problem(device, needed, s.min_free_mib)
@@ -190,8 +201,10 @@ class GatherLogitsProcessor(LogitsProcessor):
             everyone = memory.agree(tp.cpu_group, (local, capacity))
             reason = _joined([p for p, _ in everyone])
             if reason is None and len({c for _, c in everyone}) > 1:
-                reason = (f"ranks computed different capacities {[c for _, c in everyone]} "
-                          "(do their settings differ?)")
+                reason = (
+                    f"ranks computed different capacities {[c for _, c in everyone]} "
+                    "(do their settings differ?)"
+                )
             if reason is None:
                 reason = self._construct(tp, logits, capacity)
         if reason is not None:
@@ -204,27 +217,45 @@ class GatherLogitsProcessor(LogitsProcessor):
         self._state, self.gather_capacity = _READY, lg.capacity
         self._copy = needs_copy(self._logprobs_mode, lg.dtype)
         self._capturable = self.graphs and lg.backend == "symm_mem"
-        log.info("%s: fast path (backend=%s, %s, %d rows x %d padded vocab, %d slots = %.1f MiB "
-                 "of symmetric memory; %s; timeout %gs, on_timeout=%s%s%s; settings: %s)",
-                 self._tag(tp), lg.backend, lg.dtype, lg.capacity, padded,
-                 memory.slots(self.graphs), needed / memory.MIB, seen or "no memory check",
-                 lg.timeout_s, getattr(lg, "on_timeout", "raise (library has no on_timeout)"),
-                 ", CUDA-graph capture served" if self._capturable else "",
-                 ", fp32 results copied for processed_logits" if self._copy else "",
-                 s.describe())
+        log.info(
+            "%s: fast path (backend=%s, %s, %d rows x %d padded vocab, %d slots = %.1f MiB "
+            "of symmetric memory; %s; timeout %gs, on_timeout=%s%s%s; settings: %s)",
+            self._tag(tp),
+            lg.backend,
+            lg.dtype,
+            lg.capacity,
+            padded,
+            memory.slots(self.graphs),
+            needed / memory.MIB,
+            seen or "no memory check",
+            lg.timeout_s,
+            getattr(lg, "on_timeout", "raise (library has no on_timeout)"),
+            ", CUDA-graph capture served" if self._capturable else "",
+            ", fp32 results copied for processed_logits" if self._copy else "",
+            s.describe(),
+        )
 
     def _construct(self, tp: object, logits: torch.Tensor, capacity: int) -> str | None:
         """Builds the LogitsGather; None on success on every rank, else the reason."""
         s = self._settings
-        kwargs = dict(columns=logits.shape[1], capacity=capacity, device=logits.device,
-                      group=tp.device_group, dtype=logits.dtype, backend=s.backend,
-                      timeout_s=s.timeout_s, graphs=self.graphs)
+        kwargs = dict(
+            columns=logits.shape[1],
+            capacity=capacity,
+            device=logits.device,
+            group=tp.device_group,
+            dtype=logits.dtype,
+            backend=s.backend,
+            timeout_s=s.timeout_s,
+            graphs=self.graphs,
+        )
         if _accepts("on_timeout"):
             kwargs["on_timeout"] = s.on_timeout
         else:
-            log_once("logits_gather: this LogitsGather has no on_timeout option: a timed-out "
-                     "gather returns incomplete logits and only the next call raises",
-                     logging.WARNING)
+            log_once(
+                "logits_gather: this LogitsGather has no on_timeout option: a timed-out "
+                "gather returns incomplete logits and only the next call raises",
+                logging.WARNING,
+            )
         lg, failure = None, None
         try:
             with torch.inference_mode(False), torch.no_grad():  # normal tensors: see README
@@ -249,5 +280,10 @@ def _joined(problems: list[str | None]) -> str | None:
     return "; ".join(f"rank {r}: {p}" for r, p in found)
 
 
-__all__ = ["GatherLogitsProcessor", "call_mode", "current_role", "needs_copy",
-           "speculator_captures_full"]
+__all__ = [
+    "GatherLogitsProcessor",
+    "call_mode",
+    "current_role",
+    "needs_copy",
+    "speculator_captures_full",
+]

@@ -100,8 +100,9 @@ class Settings:
     sources: tuple[str, ...] = ()
 
     @classmethod
-    def load(cls, additional_config: Any = None,
-             environ: Mapping[str, str] | None = None) -> Settings:
+    def load(
+        cls, additional_config: Any = None, environ: Mapping[str, str] | None = None
+    ) -> Settings:
         """Reads ``additional_config["logits_gather"]`` (a dict or None) and the
         environment; validates every value."""
         env = os.environ if environ is None else environ
@@ -109,13 +110,15 @@ class Settings:
         if isinstance(additional_config, Mapping):
             section = additional_config.get(CONFIG_KEY) or {}
             if not isinstance(section, Mapping):
-                raise ValueError(f"additional_config[{CONFIG_KEY!r}] must be a dict, "
-                                 f"got {section!r}")
+                raise ValueError(
+                    f"additional_config[{CONFIG_KEY!r}] must be a dict, got {section!r}"
+                )
         names = [f.name for f in fields(cls) if f.name != "sources"]
         unknown = sorted(set(section) - set(names))
         if unknown:
-            raise ValueError(f"additional_config[{CONFIG_KEY!r}] has unknown keys {unknown}; "
-                             f"known: {names}")
+            raise ValueError(
+                f"additional_config[{CONFIG_KEY!r}] has unknown keys {unknown}; known: {names}"
+            )
         values: dict[str, Any] = {}
         sources = []
         for name in names:
