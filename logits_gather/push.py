@@ -20,14 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import PeerTimeoutError
+from .checks import ON_TIMEOUT, PeerTimeoutError
 from .launch import TritonLaunch, compile_kernel
 from .symmetric import PeerBuffers
 
 EAGER_SLOTS = 3
 GRAPH_SLOTS = 2
 MAX_WORLD = 8
-ON_TIMEOUT = ("raise", "trap")
 
 _capturing = torch._C._cuda_isCurrentStreamCapturing
 _raw_stream = torch._C._cuda_getCurrentRawStream

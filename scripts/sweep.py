@@ -66,22 +66,18 @@ def _graph_us(g, xs, calls, replays, start, end, cycles_per_us):
 
 def _rank(rank, world, a):
     from logits_gather import LogitsGather
-
-    try:
-        from logits_gather.push import Config
-    except ImportError:  # an older kernel
-        Config = None  # noqa: N806
+    from logits_gather.push import Config
 
     device = rank_device(rank, a.placement)
     columns = a.vocab // world
     cap = max(a.rows)
-    kwargs = (
-        {"on_timeout": a.on_timeout}
-        if "on_timeout" in LogitsGather.__init__.__code__.co_varnames
-        else {}
-    )
     g = LogitsGather(
-        columns=columns, capacity=cap, device=device, dtype=torch.bfloat16, timeout_s=20.0, **kwargs
+        columns=columns,
+        capacity=cap,
+        device=device,
+        dtype=torch.bfloat16,
+        timeout_s=20.0,
+        on_timeout=a.on_timeout,
     )
     assert g.backend == "symm_mem", g.backend
     gen = torch.Generator(device=device)
@@ -106,14 +102,11 @@ def _rank(rank, world, a):
         tile, warps = c.split("x")
         return Config(int(tile), int(warps))
 
-    configs = [parse(c) for c in a.configs.split(",")] if Config else []
-    if not hasattr(g._impl, "replan"):  # an older kernel: time its fixed configuration
-        configs = [None]
+    configs = [parse(c) for c in a.configs.split(",")]
     results = []
     for cfg in configs:
         t0 = time.monotonic()
-        if cfg is not None:
-            g._impl.replan([cfg])
+        g._impl.replan([cfg])
         compile_s = time.monotonic() - t0
         dist.barrier()
         for m in a.rows:
@@ -126,10 +119,10 @@ def _rank(rank, world, a):
             n = max(5, min(200, int(20_000 / (5 + m))))
             times = [_burst(g, sub, n, start, end, cycles_per_us) for _ in range(5)]
             rec = {
-                "tile_bytes": cfg and cfg.tile_bytes,
-                "warps": cfg and cfg.warps,
+                "tile_bytes": cfg.tile_bytes,
+                "warps": cfg.warps,
                 "m": m,
-                "grid": g._impl.plan[m][1] if cfg else g._impl._grid[m],
+                "grid": g._impl.plan[m][1],
                 "us": statistics.median(times),
                 "wrong": wrong,
                 "compile_s": compile_s,

@@ -69,10 +69,8 @@ def placement_env(placement: str) -> dict[str, str]:
     return {} if placement == "per-gpu" else dict(COLOCATE_ENV)
 
 
-def rank_device(rank: int, placement: str | bool) -> torch.device:
-    """The rank's GPU; ``True``/``False`` mean ``one-gpu``/``per-gpu``."""
-    if isinstance(placement, bool):
-        placement = "one-gpu" if placement else "per-gpu"
+def rank_device(rank: int, placement: str) -> torch.device:
+    """The rank's GPU for ``placement`` (one of PLACEMENTS)."""
     index = {"one-gpu": 0, "per-gpu": rank, "spread": rank % max(1, _gpus())}[placement]
     device = torch.device("cuda", index)
     torch.cuda.set_device(device)

@@ -116,7 +116,7 @@ def test_exact_under_skew(world: int, placement: str) -> None:
 
 
 def _wraparound(rank: int, world: int) -> None:
-    device = rank_device(rank, True)
+    device = rank_device(rank, "one-gpu")
     g = LogitsGather(columns=4096, capacity=8, device=device, dtype=torch.bfloat16)
     flags = g._impl._buffers.flags
     start = 2**31 - 5  # CALLS crosses int32 max; W * calls wraps 2**32 too

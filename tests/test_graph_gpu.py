@@ -94,7 +94,7 @@ def test_graph_replays_exact(world: int, placement: str) -> None:
 
 
 def _no_graph_slots(rank: int, world: int) -> None:
-    device = rank_device(rank, True)
+    device = rank_device(rank, "one-gpu")
     g = LogitsGather(columns=256, capacity=4, device=device, graphs=False)
     x = torch.ones(2, 256, dtype=torch.bfloat16, device=device)
     g(x)
