@@ -19,163 +19,41 @@ TARGET = GPUTarget("cuda", 90, 32)
 I64P, F32P = "*i64", "*fp32"
 
 
+TYPES = {
+    "t_ptr": F32P, "seed_ptr": I64P, "logmp_ptr": F32P, "gbest_ptr": I64P, "ids_ptr": I64P,
+    "out_ptr": I64P, "lp_ptr": F32P, "top_ids_ptr": I64P, "top_lp_ptr": F32P, "s_ptr": F32P,
+    "g_ptr": F32P, "peers": I64P, "epoch": "*i32", "box": I64P, "status": "i64",
+    "pstride": "i64", "relems": "i32",
+}  # fmt: skip
+
+
+def _sig(fn, x: str, const: dict) -> dict:
+    return {
+        a: "constexpr" if a in const else (x if a == "x_ptr" else TYPES.get(a, "i32"))
+        for a in fn.arg_names
+    }
+
+
 def variants():
+    """(name, kernel, signature, constexprs, warps) for every variant the sampler launches."""
+    local = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256}
     for dt in ("bf16", "fp32"):
         x = f"*{dt}"
-        yield (
-            "greedy_local",
-            K.greedy_local,
-            {
-                "x_ptr": x,
-                "x_stride": "i32",
-                "out_ptr": F32P,
-                "out_stride": "i32",
-                "N": "i32",
-                "col0": "i32",
-                "BLOCK": "constexpr",
-            },
-            {"BLOCK": 4096},
-            8,
-        )
+        yield "greedy_local", K.greedy_local, x, local, 8
         for kp in (0, 2, 64):
-            yield (
-                f"sample_local KP={kp}",
-                K.sample_local,
-                {
-                    "x_ptr": x,
-                    "x_stride": "i32",
-                    "t_ptr": F32P,
-                    "seed_ptr": I64P,
-                    "out_ptr": F32P,
-                    "out_stride": "i32",
-                    "N": "i32",
-                    "col0": "i32",
-                    "BLOCK": "constexpr",
-                    "KP": "constexpr",
-                },
-                {"BLOCK": 4096, "KP": kp},
-                8,
-            )
-        yield (
-            "scores_kernel",
-            K.scores_kernel,
-            {
-                "x_ptr": x,
-                "x_stride": "i32",
-                "t_ptr": F32P,
-                "seed_ptr": I64P,
-                "s_ptr": F32P,
-                "g_ptr": F32P,
-                "N": "i32",
-                "col0": "i32",
-                "BLOCK": "constexpr",
-            },
-            {"BLOCK": 4096},
-            8,
-        )
-        yield (
-            "minp_local",
-            K.minp_local,
-            {
-                "x_ptr": x,
-                "x_stride": "i32",
-                "t_ptr": F32P,
-                "seed_ptr": I64P,
-                "logmp_ptr": F32P,
-                "gx_ptr": F32P,
-                "gx_row_words": "i32",
-                "GC": "i32",
-                "out_ptr": F32P,
-                "out_stride": "i32",
-                "N": "i32",
-                "col0": "i32",
-                "BLOCK": "constexpr",
-                "CAND": "constexpr",
-            },
-            {"BLOCK": 4096, "CAND": 64},
-            8,
-        )
+            yield f"sample_local KP={kp}", K.sample_local, x, dict(local, KP=kp), 8
+        yield "scores_kernel", K.scores_kernel, x, {"BLOCK": 4096}, 8
+        yield "minp_local", K.minp_local, x, local, 8
         for np_ in (0, 32):
-            yield (
-                f"logprobs_local NP={np_}",
-                K.logprobs_local,
-                {
-                    "x_ptr": x,
-                    "x_stride": "i32",
-                    "ids_ptr": I64P,
-                    "out_ptr": F32P,
-                    "out_stride": "i32",
-                    "N": "i32",
-                    "col0": "i32",
-                    "BLOCK": "constexpr",
-                    "NP": "constexpr",
-                },
-                {"BLOCK": 4096, "NP": np_},
-                8,
-            )
-    yield (
-        "greedy_final",
-        K.greedy_final,
-        {"g_ptr": F32P, "out_ptr": I64P, "row_words": "i32", "C": "i32", "CAND": "constexpr"},
-        {"CAND": 64},
-        4,
-    )
-    for kp, kc in ((0, 1), (64, 4096)):
-        yield (
-            f"sample_final KP={kp}",
-            K.sample_final,
-            {
-                "g_ptr": F32P,
-                "t_ptr": F32P,
-                "out_ptr": I64P,
-                "row_words": "i32",
-                "C": "i32",
-                "k": "i32",
-                "CAND": "constexpr",
-                "KP": "constexpr",
-                "KCAND": "constexpr",
-            },
-            {"CAND": 64, "KP": kp, "KCAND": kc},
-            8,
-        )
-    for np_, nc in ((0, 1), (32, 2048)):
-        yield (
-            f"logprobs_final NP={np_}",
-            K.logprobs_final,
-            {
-                "g_ptr": F32P,
-                "ids_ptr": I64P,
-                "lp_ptr": F32P,
-                "top_ids_ptr": I64P,
-                "top_lp_ptr": F32P,
-                "row_words": "i32",
-                "rank_words": "i32",
-                "S": "i32",
-                "C": "i32",
-                "N": "i32",
-                "W": "i32",
-                "n": "i32",
-                "CAND": "constexpr",
-                "NP": "constexpr",
-                "NCAND": "constexpr",
-            },
-            {"CAND": 64, "NP": np_, "NCAND": nc},
-            8,
-        )
-    yield (
-        "noise_kernel",
-        K.noise_kernel,
-        {
-            "seed_ptr": I64P,
-            "t_ptr": F32P,
-            "x_ptr": F32P,
-            "out_ptr": F32P,
-            "N": "i32",
-            "BLOCK": "constexpr",
-        },
-        {"BLOCK": 1024},
-        4,
-    )
+            yield f"logprobs_local NP={np_}", K.logprobs_local, x, dict(local, NP=np_), 8
+    final = {"CAND": 64, "THREADS": 32, "TRAP": True}
+    yield "greedy_final", K.greedy_final, None, final, 1
+    yield "minp_reduce", K.minp_reduce, None, final, 1
+    yield "sample_final KP=0", K.sample_final, None, dict(final, KP=0), 1
+    yield "sample_final KP=64", K.sample_final, None, dict(final, KP=64, THREADS=256), 8
+    yield "logprobs_final NP=0", K.logprobs_final, None, dict(final, NP=0), 1
+    yield "logprobs_final NP=32", K.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
+    yield "noise_kernel", K.noise_kernel, F32P, {"BLOCK": 1024}, 4
 
 
 def _usage(cubin: bytes) -> tuple[int, int]:
@@ -194,7 +72,8 @@ def _usage(cubin: bytes) -> tuple[int, int]:
 
 def main() -> int:
     bad = 0
-    for name, fn, sig, const, warps in variants():
+    for name, fn, x, const, warps in variants():
+        sig = _sig(fn, x, const)
         try:
             ck = compile(
                 ASTSource(fn=fn, signature=sig, constexprs=const),

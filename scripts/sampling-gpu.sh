@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
-# GPU run for the sampling work (2 GPUs): the fast checks first, then the benchmark,
-# then the slower spread placements. Usage: bash scripts/sampling-gpu.sh [OUT_DIR]
+# GPU run for the sampling work (2 GPUs, one process per GPU where a test allows).
+# Usage: bash scripts/sampling-gpu.sh OUT_DIR [STEP ...]
+# Steps (default: all, in this order): times, tests, timeout, graphs, eager, spread.
 set -u
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1
-out=${1:-benchmarks/results/sampling-h200x2}
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+out=${1:?usage: sampling-gpu.sh OUT_DIR [STEP ...]}
+shift
+steps=${*:-times tests timeout graphs eager spread}
 mkdir -p "$out"
 t="tests/test_sampling_gpu.py"
-step() { echo "=== $*"; "$@"; echo "=== rc=$? ($1 ... done $(date -u +%T))"; }
-step timeout 300 python3 -m pytest -m gpu -rA -q "$t::test_noise_and_scores_bit_identical"
-step timeout 600 python3 -m pytest -m gpu -rA -q -k "tp2-per-gpu" "$t"
-step timeout 600 python3 -m logits_gather.bench.sampling --device cuda --world-size 2 --graphs \
-  --out "$out"
-step timeout 600 python3 -m logits_gather.bench.sampling --device cuda --world-size 2 --out "$out"
-step timeout 1500 python3 -m pytest -m gpu -rA -q -k "not tp2-per-gpu and not noise" "$t"
+step() {
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name: $* ($(date -u +%T))"
+  timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+  local rc=$?
+  tail -n 40 "$out/$name.txt"
+  echo "=== $name rc=$rc ($(date -u +%T))"
+}
+for s in $steps; do
+  case $s in
+    times) step times 150 python3 scripts/sampling-kernel-times.py ;;
+    tests) step tests 300 env LOGITS_GATHER_NO_MPS=1 bash scripts/gpu-tests.sh -x \
+      -k "tp2-per-gpu or noise" "$t" ;;
+    timeout) step timeout 200 env LOGITS_GATHER_NO_MPS=1 bash scripts/gpu-tests.sh \
+      tests/test_sampling_timeout_gpu.py ;;
+    graphs) step graphs 300 python3 -m logits_gather.bench.sampling --device cuda \
+      --world-size 2 --graphs --reps 5 --out "$out/graphs" ;;
+    eager) step eager 300 python3 -m logits_gather.bench.sampling --device cuda \
+      --world-size 2 --reps 5 --out "$out/eager" ;;
+    spread) step spread 560 bash scripts/gpu-tests.sh -x -k "spread" "$t" ;;
+    *) echo "unknown step $s" ;;
+  esac
+done

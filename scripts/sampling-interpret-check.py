@@ -1,10 +1,11 @@
 """Logic check of the fused sampling kernels on the CPU with Triton's interpreter.
 
 ``TRITON_INTERPRET=1 PYTHONPATH=. python scripts/sampling-interpret-check.py`` runs
-each rank's local kernel into its payload, stacks the payloads as the exchange
-would, runs the final kernel, and compares with :mod:`.reference` on the full
-logits (greedy and sample exactly; logprobs within 2e-5). CPU ``log`` is numpy's,
-so this checks the logic, not the GPU's bits.
+every rank in a thread of one process, with CPU mailboxes whose peer tables hold
+all ranks' addresses; kernels run one at a time, and each final kernel starts
+once every rank's local kernels ran. It compares with :mod:`.reference` on the
+full logits (greedy and sample exactly; logprobs within 2e-5). CPU ``log`` is
+numpy's, so this checks the logic, not the GPU's bits.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import torch
 
 assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1"
 
+import threading  # noqa: E402
+
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from logits_gather.sampling import fused, kernels, reference  # noqa: E402
+from logits_gather.sampling import fused, kernels, keys, reference  # noqa: E402
 
 
 @triton.jit
@@ -39,12 +42,34 @@ class _Libdevice:  # the interpreter has no libdevice: numpy's log/exp (logic on
 
 
 kernels.libdevice = _Libdevice
+keys.libdevice = _Libdevice
+_LOCK = threading.Lock()
+_launch = fused._Launcher.__call__
 
 
-class FakeExchange:
-    def __init__(self, width: int, m: int) -> None:
-        self.width = width
-        self.payload = torch.full((m, width), float("nan"))
+def _locked(self, *args):
+    with _LOCK:
+        _launch(self, *args)
+
+
+fused._Launcher.__call__ = _locked
+
+
+class FakeBox:
+    """One rank's CPU mailbox; ``peers`` lists every rank's (see :func:`boxes`)."""
+
+    def __init__(self, words: int, capacity: int) -> None:
+        self.words, self.capacity = words, capacity
+        self.row_elems = 2 * words
+        self.parity_stride = capacity * self.row_elems
+        self.data = torch.zeros(2 * self.parity_stride, dtype=torch.int64)
+        self.epoch = torch.zeros(capacity, dtype=torch.int32)
+        self.status = torch.zeros(4, dtype=torch.int32)
+        self.status_ptr = self.status.data_ptr()
+        self.timeout_us = 10**6
+
+    def check(self) -> None:
+        assert int(self.status[0]) == 0, self.status
 
 
 def run(world: int, n: int, m: int, seed: int) -> int:
@@ -66,33 +91,50 @@ def run(world: int, n: int, m: int, seed: int) -> int:
     fails = 0
     ops = [("greedy", None), ("sample", None)] + [("sample_k", k) for k in (1, 3, 20, 64)]
     ops += [("logprobs", n_) for n_ in (0, 1, 5)] + [("minp", mp) for mp in (0.05, 0.5, 1.0)]
+    boxes: dict[int, list[FakeBox]] = {}
+
+    def box_for(rank: int):
+        def box(words: int, rows: int) -> FakeBox:
+            with _LOCK:
+                return made_for(words)[rank]
+
+        def made_for(words: int) -> list[FakeBox]:
+            if words not in boxes:
+                made = [FakeBox(words * world, 8) for _ in range(world)]
+                table = torch.tensor([b.data.data_ptr() for b in made], dtype=torch.int64)
+                for b in made:
+                    b.peers = table
+                boxes[words] = made
+            return boxes[words]
+
+        return box
+
+    barrier = threading.Barrier(world)
+    fs = [fused.Fused(n, world, r, box_for(r), False, 2) for r in range(world)]  # 2: row loops
+    for f in fs:
+        real = f._final
+
+        def deferred(*args, real=real):
+            barrier.wait()  # every rank's local kernel has run
+            with _LOCK:
+                pass
+            real(*args)
+            barrier.wait()
+
+        f._final = deferred
     for op, arg in ops:
-        fs = [fused.Fused(n, world, r) for r in range(world)]
-        room = fs[0].room(arg) if op in ("sample_k", "logprobs") and arg else 0
-        width = fs[0].width("sample" if op == "minp" else op, room)
-        exs = [FakeExchange(width, m) for _ in range(world)]
-        gxs = [FakeExchange(fs[0].width("greedy"), m) for _ in range(world)]
+        for _ in range(2):  # twice: the second call uses the other parity and epoch 2
+            outs = [None] * world
 
-        def send(rows, exs=exs):
-            return torch.stack([e.payload[:rows] for e in exs], 1).contiguous()
+            def one(r, op=op, arg=arg, outs=outs):
+                shard = full[:, r * n : (r + 1) * n].contiguous()
+                outs[r] = _call(fs[r], op, arg, shard, temp, seeds, ids)
 
-        def send_g(rows, exs=gxs):
-            return torch.stack([e.payload[:rows] for e in exs], 1).contiguous()
-
-        for e in exs:
-            e.send = send
-        for e in gxs:
-            e.send = send_g
-            e.twin = None
-        for e, gx in zip(exs, gxs, strict=True):
-            e.greedy = gx
-        # Pass 1 fills every rank's payload, later passes read them all (deterministic);
-        # min-p has two exchanges, so three passes.
-        for _ in range(3):
-            outs = [
-                _call(f, op, arg, full[:, r * n : (r + 1) * n].contiguous(), temp, seeds, ids, e)
-                for r, (f, e) in enumerate(zip(fs, exs, strict=True))
-            ]
+            threads = [threading.Thread(target=one, args=(r,)) for r in range(world)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
         for r, got in enumerate(outs):
             if op == "greedy":
                 ok = torch.equal(got, full.argmax(1))
@@ -117,15 +159,15 @@ def run(world: int, n: int, m: int, seed: int) -> int:
     return fails
 
 
-def _call(f, op, arg, shard, temp, seeds, ids, e):
+def _call(f, op, arg, shard, temp, seeds, ids):
     if op == "greedy":
-        return f.greedy(shard, e)
+        return f.greedy(shard)
     if op == "minp":
         logmp = torch.log(torch.full((shard.shape[0],), arg, dtype=torch.float32))
-        return f.sample_minp(shard, temp, seeds, logmp, e.greedy, e)
+        return f.sample_minp(shard, temp, seeds, logmp)
     if op.startswith("sample"):
-        return f.sample(shard, temp, seeds, arg, e)
-    return f.logprobs(shard, ids, arg or 0, e)
+        return f.sample(shard, temp, seeds, arg)
+    return f.logprobs(shard, ids, arg or 0)
 
 
 def main() -> int:

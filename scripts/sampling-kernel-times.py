@@ -1,48 +1,44 @@
-"""Where the fused sampling time goes: each Triton kernel alone, on one GPU.
+"""Where the fused sampling time goes, on one GPU, one process, no peers.
 
-``python scripts/sampling-kernel-times.py [--columns 75776] [--world 2] [--rows 1,16,64,256]``
+``python scripts/sampling-kernel-times.py [--columns 75776] [--rows 1,16,64,256]``
 
-Runs rank 0's local kernel and the final kernel of every fused operation at the
-tp=2 geometry (``columns`` per rank, ``world`` ranks' payloads faked by copying
-rank 0's) and prints microseconds per launch (CUDA events over a burst, median of
-bursts; a CUDA graph of one launch, so no host overhead). No exchange runs: add
-the exchange's own time from the gather benchmark. With ``TRITON_INTERPRET=1`` it
-runs on the CPU for a logic smoke test (times are meaningless there).
+A one-rank sampler over ``columns`` columns (the per-rank work of tp=2 at
+V=151552) with a local mailbox. For each operation it prints microseconds per
+launch under CUDA-graph replay of: the local kernel alone (it may be replayed:
+it does not advance epochs), and the whole operation (local and final kernels;
+the final's cost is the difference). No NVLink: add the exchange's latency.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import ctypes
 import statistics
-import time
 
 import torch
 
 from logits_gather.sampling import fused
 
 
-class _Split:
-    """An exchange stand-in: ``send`` returns rank 0's payload repeated ``world`` times."""
+class Box:
+    def __init__(self, words: int, capacity: int, device: torch.device) -> None:
+        self.words, self.capacity = words, capacity
+        self.row_elems = 2 * words
+        self.parity_stride = capacity * self.row_elems
+        self.data = torch.zeros(2 * self.parity_stride, dtype=torch.int64, device=device)
+        self.peers = torch.tensor([self.data.data_ptr()], dtype=torch.int64, device=device)
+        self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
+        self.status = torch.zeros(4, dtype=torch.int32, pin_memory=True)
+        self.status_ptr = self.status.data_ptr()
+        self._words = (ctypes.c_int32 * 4).from_address(self.status_ptr)
+        self.timeout_us = 10**7
 
-    def __init__(self, width: int, m: int, world: int, device: torch.device) -> None:
-        self.width, self.world = width, world
-        self.payload = torch.zeros(m, width, device=device)
-        self.out = torch.zeros(m, world, width, device=device)
-        self.log: list[str] = []
-
-    def send(self, m: int) -> torch.Tensor:
-        self.log.append("send")
-        self.out[:m].copy_(self.payload[:m, None, :].expand(m, self.world, self.width))
-        return self.out[:m]
+    def check(self) -> None:
+        assert not self._words[0], list(self._words)
 
 
-def _time(fn, device: torch.device, iters: int = 100, reps: int = 7) -> float:
+def _time(fn, iters: int = 200, reps: int = 7) -> float:
     fn()
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e6
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -59,107 +55,67 @@ def _time(fn, device: torch.device, iters: int = 100, reps: int = 7) -> float:
     return statistics.median(out)
 
 
+def _times(f, box, m: int, columns: int, device: torch.device) -> dict[str, float]:
+    out: dict[str, float] = {}
+    x = (torch.randn(m, columns, device=device) * 3).to(torch.bfloat16)
+    t = torch.full((m,), 0.8, device=device)
+    seed = torch.arange(m, device=device)
+    ids = torch.randint(0, columns, (m,), device=device)
+    logmp = torch.full((m,), -3.0, device=device)
+    kp = f.room(50)
+    locals_ = {
+        "greedy": (f.k.greedy_local, (), f.words("greedy"), (), {}),
+        "sample": (f.k.sample_local, (t, seed), f.words("sample"), (0,), {"KP": 0}),
+        "sample_k50": (
+            f.k.sample_local, (t, seed), f.words("sample_k", kp), (50,), {"KP": kp},
+        ),
+        "logprobs": (f.k.logprobs_local, (ids,), f.words("logprobs"), (0,), {"NP": 0}),
+        "logprobs_n5": (
+            f.k.logprobs_local, (ids,), f.words("logprobs", 8), (5,), {"NP": 8},
+        ),
+    }  # fmt: skip
+    for name, (fn, head, words, tail, consts) in locals_.items():
+        mb = box(words, m)
+        out[f"{name} local"] = _time(
+            lambda: f._local(fn, x, head, mb, words, tail, consts)  # noqa: B023 - run at once
+        )
+    whole = {
+        "greedy": lambda: f.greedy(x),
+        "sample": lambda: f.sample(x, t, seed, None),
+        "sample_k50": lambda: f.sample(x, t, seed, 50),
+        "sample_minp": lambda: f.sample_minp(x, t, seed, logmp),
+        "logprobs": lambda: f.logprobs(x, ids, 0),
+        "logprobs_n5": lambda: f.logprobs(x, ids, 5),
+        "scores (filter path)": lambda: f.scores(x, t, seed),
+    }
+    for name, fn in whole.items():
+        out[f"{name} all"] = _time(fn)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python scripts/sampling-kernel-times.py")
     p.add_argument("--columns", type=int, default=75776)
-    p.add_argument("--world", type=int, default=2)
     p.add_argument("--rows", default="1,16,64,256")
     args = p.parse_args()
-    interp = os.environ.get("TRITON_INTERPRET") == "1"
-    device = torch.device("cpu" if interp else "cuda")
-    f = fused.Fused(args.columns, args.world, 0)
-    k = f.k
-    print(
-        f"columns={args.columns} world={args.world} block={f.block} splits={f.splits} "
-        f"(us per launch, graph replay)"
-    )
-    print(f"{'kernel':<28}" + "".join(f"{'M=' + m:>10}" for m in args.rows.split(",")))
+    device = torch.device("cuda")
     rows = [int(m) for m in args.rows.split(",")]
+    boxes: dict[int, Box] = {}
+
+    def box(words: int, m: int) -> Box:
+        if words not in boxes:
+            boxes[words] = Box(words, max(rows), device)
+        return boxes[words]
+
+    f = fused.Fused(args.columns, 1, 0, box, trap=True)
+    print(f"columns={args.columns} block={f.block} splits={f.splits} (us, graph replay)")
+    print(f"{'operation':<24}" + "".join(f"{'M=' + str(m):>10}" for m in rows))
     table: dict[str, list[float]] = {}
     for m in rows:
-        x = (torch.randn(m, args.columns, device=device) * 3).to(torch.bfloat16)
-        t = torch.full((m,), 0.8, device=device)
-        seed = torch.arange(m, device=device)
-        ids = torch.randint(0, args.columns * args.world, (m,), device=device)
-        c = args.world * f.splits
-        cand = max(2, fused._pow2(c))
-        for name, op, room in (
-            ("greedy", "greedy", 0),
-            ("sample", "sample", 0),
-            ("sample_k50", "sample_k", 64),
-            ("logprobs_n5", "logprobs", 8),
-        ):
-            ex = _Split(f.width(op, room), m, args.world, device)
-            xs = (x, x.stride(0))
-            tail = (ex.payload, ex.width // 2, f.columns, f.col0)
-            if name == "greedy":
-                local = (k.greedy_local, xs + tail, {"BLOCK": f.block})
-            elif name.startswith("sample"):
-                local = (k.sample_local, xs + (t, seed) + tail, {"BLOCK": f.block, "KP": room})
-            else:
-                local = (k.logprobs_local, xs + (ids,) + tail, {"BLOCK": f.block, "NP": room})
-            fn, a, const = local
-            table.setdefault(f"{name} local", []).append(
-                _time(
-                    lambda fn=fn, a=a, const=const, m=m: f.launch(
-                        fn, (m, f.splits), a, const, f.warps
-                    ),
-                    device,
-                )
-            )
-            g = ex.send(m)
-            out = torch.empty(m, dtype=torch.int64, device=device)
-            rw = args.world * ex.width // 2
-            if name == "greedy":
-                final = (k.greedy_final, (g, out, rw, c), {"CAND": cand}, 1)
-            elif name == "sample":
-                final = (
-                    k.sample_final,
-                    (g, t, out, rw, c, 0),
-                    {"CAND": cand, "KP": 0, "KCAND": 1},
-                    1,
-                )
-            elif name == "sample_k50":
-                final = (
-                    k.sample_final,
-                    (g, t, out, rw, c, 50),
-                    {"CAND": cand, "KP": room, "KCAND": fused._pow2(c * room)},
-                    8,
-                )
-            else:
-                lp = torch.empty(m, device=device)
-                tid = torch.empty(m, 5, dtype=torch.int64, device=device)
-                tlp = torch.empty(m, 5, device=device)
-                final = (
-                    k.logprobs_final,
-                    (
-                        g,
-                        ids,
-                        lp,
-                        tid,
-                        tlp,
-                        rw,
-                        ex.width // 2,
-                        f.splits,
-                        c,
-                        f.columns,
-                        args.world,
-                        5,
-                    ),
-                    {"CAND": cand, "NP": room, "NCAND": fused._pow2(c * room)},
-                    4,
-                )
-            fn, a, const, warps = final
-            table.setdefault(f"{name} final", []).append(
-                _time(
-                    lambda fn=fn, a=a, const=const, m=m, warps=warps: f.launch(
-                        fn, (m, 1), a, const, warps
-                    ),
-                    device,
-                )
-            )
+        for name, us in _times(f, box, m, args.columns, device).items():
+            table.setdefault(name, []).append(us)
     for name, values in table.items():
-        print(f"{name:<28}" + "".join(f"{v:>10.1f}" for v in values))
+        print(f"{name:<24}" + "".join(f"{v:>10.1f}" for v in values))
 
 
 if __name__ == "__main__":

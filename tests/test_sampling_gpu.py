@@ -53,7 +53,9 @@ def test_noise_and_scores_bit_identical() -> None:
         kernels.noise_kernel[(m, triton_cdiv(V, 1024))](seed, t, x, out, V, BLOCK=1024)
         te = torch.where(t > 0, t, 1.0)[:, None]
         want = rng.perturbed(x.float(), te, rng.row_keys(seed), rng.column_counters(0, V, dev))
-        s, g = fused.Fused(V // 2, 2, 1).scores(x[:, V // 2 :], t, seed)  # the filter path's
+        s, g = fused.Fused(V // 2, 2, 1, None, True).scores(
+            x[:, V // 2 :], t, seed
+        )  # the filter path's
         for what, got, ref in (
             ("noise_kernel", out, want),
             ("scores_kernel g", g, want[:, V // 2 :]),

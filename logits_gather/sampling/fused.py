@@ -1,21 +1,10 @@
-"""The fused GPU path: one Triton kernel, one exchange, one Triton kernel per operation.
+"""The fused GPU path: two Triton kernels per operation, the exchange inside them.
 
-Layout (int64 words per row and rank; the exchange carries them as fp32 pairs):
-the shard is cut into ``S = ceil(N / BLOCK)`` splits of ``BLOCK`` columns and
-program ``(row, split)`` of the local kernel writes its ``F`` words at
-``split * F``:
-
-==============  ====================================================  ==========
-operation       words per split                                       ``F``
-==============  ====================================================  ==========
-greedy          key(x max, column)                                    1
-sample          key(x max), key(best score g, column)                 2
-sample top_k    key(x max), KP keys (s, column), KP keys (g, column)  1 + 2 KP
-logprobs        (max, sum exp) as fp32 pair, NP keys (x, column)      1 + NP
-==============  ====================================================  ==========
-
-(logprobs has one more word in front of the splits: the token's logit, from the
-rank that owns the token.) Keys are explained in :mod:`.kernels`. Nothing here
+The shard is cut into ``S = ceil(N / BLOCK)`` splits of ``BLOCK`` columns. The
+local kernel's program ``(row, split)`` stores its words straight into every
+rank's mailbox; the final kernel waits for all ranks' words of its row and
+reduces them (word layouts: :mod:`.kernels`; the exchange: :mod:`.ll`). min-p
+alone takes two rounds (the row maximum first): four launches. Nothing here
 allocates but the outputs; no host sync.
 """
 
@@ -105,16 +94,30 @@ class _Launcher:
 
 
 class Fused:
-    """Launch geometry of one sampler (``columns`` per rank, ``world`` ranks)."""
+    """Launch geometry of one sampler (``columns`` per rank, ``world`` ranks) and its
+    launches. ``box(words, rows)`` returns the mailbox for rows of ``words`` words per
+    rank (collective when it has to build one)."""
 
-    def __init__(self, columns: int, world: int, rank: int) -> None:
+    def __init__(
+        self,
+        columns: int,
+        world: int,
+        rank: int,
+        box: Any,
+        trap: bool,
+        wait_ctas: int | None = None,
+    ) -> None:
         from . import kernels
 
         self.k = kernels
-        self.columns, self.world, self.col0 = columns, world, rank * columns
+        self.columns, self.world, self.rank = columns, world, rank
+        self.col0 = rank * columns
         self.block = max(min(BLOCK, _pow2(columns)), 64)
         self.splits = -(-columns // self.block)
         self.warps = WARPS if self.block >= 2048 else 4
+        self.box = box
+        self.trap = trap
+        self.wait_ctas = wait_ctas
         self.launch = _Launcher()
 
     @staticmethod
@@ -122,60 +125,53 @@ class Fused:
         """Candidate slots for ``k`` (power of two, >= 2)."""
         return max(2, _pow2(k))
 
-    def width(self, op: str, room: int = 0) -> int:
-        """Exchange width in fp32 words for ``op``."""
-        f = {"greedy": 1, "sample": 2, "sample_k": 1 + 2 * room, "logprobs": 1 + room}[op]
-        return 2 * (f * self.splits + (op == "logprobs"))
-
-    def _shard(self, shard: torch.Tensor) -> torch.Tensor:
-        return shard if shard.stride(1) == 1 else shard.contiguous()
-
-    def greedy(self, shard: torch.Tensor, ex: Any) -> torch.Tensor:
-        m = shard.shape[0]
-        x = self._shard(shard)
-        self.launch(
-            self.k.greedy_local,
-            (m, self.splits),
-            (x, x.stride(0), ex.payload, ex.width // 2, self.columns, self.col0),
-            {"BLOCK": self.block},
-            self.warps,
+    def words(self, op: str, room: int = 0) -> int:
+        """Words per rank and row of ``op``'s mailbox."""
+        s = self.splits
+        return {"greedy": s, "sample": 2 * s, "sample_k": (2 + room) * s}.get(
+            op, 1 + s * (1 + room)
         )
-        g = ex.send(m)
+
+    def _local(self, fn, shard, head: tuple, mb, words: int, tail: tuple, consts: dict) -> None:
+        x = shard if shard.stride(1) == 1 else shard.contiguous()
+        args = (x, x.stride(0), *head, mb.peers, mb.epoch, mb.parity_stride, mb.row_elems)
+        args += (self.rank * words, *tail, self.columns, self.col0)
+        consts = dict(consts, BLOCK=self.block, WORLD=self.world, THREADS=32 * self.warps)
+        self.launch(fn, (shard.shape[0], self.splits), args, consts, self.warps)
+
+    def _final(self, fn, m: int, mb, tail: tuple, consts: dict, warps: int) -> None:
+        mb.check()
+        args = (mb.data, mb.epoch, mb.parity_stride, mb.row_elems, mb.status_ptr, mb.timeout_us)
+        consts = dict(consts, THREADS=32 * warps, TRAP=self.trap)
+        grid = m if self.wait_ctas is None else min(m, self.wait_ctas)
+        self.launch(fn, (grid, 1), (*args, m, *tail), consts, warps)
+
+    def _cand(self) -> int:
+        return max(2, _pow2(self.world * self.splits))
+
+    def greedy(self, shard: torch.Tensor) -> torch.Tensor:
+        m = shard.shape[0]
+        words = self.words("greedy")
+        mb = self.box(words, m)
+        self._local(self.k.greedy_local, shard, (), mb, words, (), {})
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
         c = self.world * self.splits
-        self.launch(
-            self.k.greedy_final,
-            (m, 1),
-            (g, out, self.world * ex.width // 2, c),
-            {"CAND": max(2, _pow2(c))},
-            1,
-        )
+        self._final(self.k.greedy_final, m, mb, (out, c), {"CAND": self._cand()}, 1)
         return out
 
     def sample(
-        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, k: int | None, ex: Any
+        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, k: int | None
     ) -> torch.Tensor:
         """``t`` fp32 ``[M]``, ``seed`` int64 ``[M]``; ``k`` None or 1..64 (fast top-k)."""
         m = shard.shape[0]
-        x = self._shard(shard)
         kp = 0 if k is None else self.room(k)
-        self.launch(
-            self.k.sample_local,
-            (m, self.splits),
-            (x, x.stride(0), t, seed, ex.payload, ex.width // 2, self.columns, self.col0),
-            {"BLOCK": self.block, "KP": kp},
-            self.warps,
-        )
-        g = ex.send(m)
+        words = self.words("sample_k", kp) if kp else self.words("sample")
+        mb = self.box(words, m)
+        self._local(self.k.sample_local, shard, (t, seed), mb, words, (k or 0,), {"KP": kp})
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
         c = self.world * self.splits
-        self.launch(
-            self.k.sample_final,
-            (m, 1),
-            (g, t, out, self.world * ex.width // 2, c, k or 0),
-            {"CAND": max(2, _pow2(c)), "KP": kp, "KCAND": _pow2(c * kp) if kp else 1},
-            8 if kp else 1,
-        )
+        consts = {"CAND": self._cand(), "KP": kp}
+        self._final(self.k.sample_final, m, mb, (t, seed, out, c, k or 0), consts, 8 if kp else 1)
         return out
 
     def scores(
@@ -184,7 +180,7 @@ class Fused:
         """``(s, g)`` fp32 ``[M, N]`` for the filter path, in one kernel (bit-identical to
         :func:`.rng.perturbed`)."""
         m = shard.shape[0]
-        x = self._shard(shard)
+        x = shard if shard.stride(1) == 1 else shard.contiguous()
         s = torch.empty(m, self.columns, dtype=torch.float32, device=shard.device)
         g = torch.empty_like(s)
         self.launch(
@@ -197,97 +193,41 @@ class Fused:
         return s, g
 
     def sample_minp(
-        self,
-        shard: torch.Tensor,
-        t: torch.Tensor,
-        seed: torch.Tensor,
-        log_min_p: torch.Tensor,
-        ex_greedy: Any,
-        ex: Any,
+        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, log_min_p: torch.Tensor
     ) -> torch.Tensor:
-        """min-p without top-k/top-p: greedy kernel, exchange, min-p kernel (``s_max`` from
-        the gathered greedy keys), exchange, final kernel. ``log_min_p`` fp32 ``[M]``."""
+        """min-p without top-k/top-p: greedy round for ``s_max``, then the min-p round
+        (``log_min_p`` fp32 ``[M]``)."""
         m = shard.shape[0]
-        x = self._shard(shard)
-        self.launch(
-            self.k.greedy_local,
-            (m, self.splits),
-            (x, x.stride(0), ex_greedy.payload, ex_greedy.width // 2, self.columns, self.col0),
-            {"BLOCK": self.block},
-            self.warps,
-        )
-        gx = ex_greedy.send(m)
+        gw = self.words("greedy")
+        gmb = self.box(gw, m)
+        self._local(self.k.greedy_local, shard, (), gmb, gw, (), {})
+        gbest = torch.empty(m, dtype=torch.int64, device=shard.device)
         c = self.world * self.splits
-        self.launch(
-            self.k.minp_local,
-            (m, self.splits),
-            (
-                x,
-                x.stride(0),
-                t,
-                seed,
-                log_min_p,
-                gx,
-                self.world * ex_greedy.width // 2,
-                c,
-                ex.payload,
-                ex.width // 2,
-                self.columns,
-                self.col0,
-            ),
-            {"BLOCK": self.block, "CAND": max(2, _pow2(c))},
-            self.warps,
-        )
-        g = ex.send(m)
+        self._final(self.k.minp_reduce, m, gmb, (gbest, c), {"CAND": self._cand()}, 1)
+        words = self.words("sample")
+        mb = self.box(words, m)
+        self._local(self.k.minp_local, shard, (t, seed, log_min_p, gbest), mb, words, (), {})
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
-        self.launch(
-            self.k.sample_final,
-            (m, 1),
-            (g, t, out, self.world * ex.width // 2, c, 0),
-            {"CAND": max(2, _pow2(c)), "KP": 0, "KCAND": 1},
-            1,
-        )
+        consts = {"CAND": self._cand(), "KP": 0}
+        self._final(self.k.sample_final, m, mb, (t, seed, out, c, 0), consts, 1)
         return out
 
     def logprobs(
-        self, shard: torch.Tensor, ids: torch.Tensor, n: int, ex: Any
+        self, shard: torch.Tensor, ids: torch.Tensor, n: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         m = shard.shape[0]
-        x = self._shard(shard)
         npad = self.room(n) if n else 0
-        self.launch(
-            self.k.logprobs_local,
-            (m, self.splits),
-            (x, x.stride(0), ids, ex.payload, ex.width // 2, self.columns, self.col0),
-            {"BLOCK": self.block, "NP": npad},
-            self.warps,
-        )
-        g = ex.send(m)
+        words = self.words("logprobs", npad)
+        mb = self.box(words, m)
+        self._local(self.k.logprobs_local, shard, (ids,), mb, words, (n,), {"NP": npad})
         dev = shard.device
         lp = torch.empty(m, dtype=torch.float32, device=dev)
         top_ids = torch.empty(m, n, dtype=torch.int64, device=dev)
         top_lp = torch.empty(m, n, dtype=torch.float32, device=dev)
-        c = self.world * self.splits
-        self.launch(
-            self.k.logprobs_final,
-            (m, 1),
-            (
-                g,
-                ids,
-                lp,
-                top_ids,
-                top_lp,
-                self.world * ex.width // 2,
-                ex.width // 2,
-                self.splits,
-                c,
-                self.columns,
-                self.world,
-                n,
-            ),
-            {"CAND": max(2, _pow2(c)), "NP": npad, "NCAND": _pow2(c * npad) if npad else 1},
-            4 if npad else 1,
-        )
+        tail = (ids, lp, top_ids, top_lp, self.splits, self.world * self.splits, self.columns)
+        tail += (self.world, n)
+        consts = {"CAND": self._cand(), "NP": npad}
+        self._final(self.k.logprobs_final, m, mb, tail, consts, 4 if npad else 1)
         return lp, top_ids, top_lp
 
 

@@ -1,21 +1,24 @@
 """Triton kernels of the fused sampling path (imported lazily: needs Triton and a GPU).
 
-Every operation is one ``*_local`` kernel, one exchange and one ``*_final`` kernel.
-A local kernel runs on a ``(M, S)`` grid: program ``(row, split)`` reads
-``BLOCK`` columns of its row once, keeps everything in registers and writes a
-few int64 words straight into the exchange payload, at row ``row``, words
-``split * F .. split * F + F - 1`` (``F`` per operation, see :mod:`.fused`).
-The final kernel reads the gathered payloads of all ``W * S`` splits of a row.
+Every operation is a ``*_local`` kernel on a ``(M, S)`` grid and a ``*_final``
+kernel on ``(M,)``. Program ``(row, split)`` of a local kernel reads ``BLOCK``
+columns of its row once, keeps everything in registers and stores ``F`` words
+straight into every rank's mailbox (:mod:`.ll`): row ``row``, words
+``OWN + HEAD + split * F ..`` where ``OWN`` is this rank's part of the row. The
+final kernel's one CTA per row waits for all ``W * S`` splits of its row, reduces
+them and writes the answer. Word layouts per split (``HEAD`` words in front):
 
-Keys: an fp32 value ``v`` and a global column ``j`` become one int64
-``ord(v) * 2**32 + (2**32 - 1 - j)``, where ``ord`` maps the fp32 bits to an
-order-preserving signed int (``-0.0`` as ``+0.0``, every NaN as one NaN above
-``+inf``). ``max`` of keys is the largest value, lowest column on ties: that is
-``torch.argmax``'s rule, so maxima of keys compose across splits and ranks.
+==============  =====================================================  ==========  ====
+operation       words per split                                        ``F``       HEAD
+==============  =====================================================  ==========  ====
+greedy          key(x max)                                             1           0
+sample          key(x max), key(best g)                                2           0
+sample top_k    key(x max), key(best g at the k-th s), k keys (s, j)   2 + KP      0
+logprobs        (max, sum exp) fp32 pair, top_n keys (x, j)            1 + NP      1
+==============  =====================================================  ==========  ====
 
-Noise: :mod:`.rng`'s SplitMix64 in uint64 arithmetic, the temperature division
-with ``div_rn`` and ``log`` from libdevice, so scores equal the torch ops'
-bits on the same GPU (tests/test_sampling_gpu.py checks this).
+(logprobs' head word is the token's logit, stored by split 0 of each rank.) Keys,
+noise and the top-K selection are in :mod:`.keys`.
 """
 
 from __future__ import annotations
@@ -24,62 +27,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-GAMMA: tl.constexpr = tl.constexpr(0x9E3779B97F4A7C15)
-MIX1: tl.constexpr = tl.constexpr(0xBF58476D1CE4E5B9)
-MIX2: tl.constexpr = tl.constexpr(0x94D049BB133111EB)
-KEY_MIN: tl.constexpr = tl.constexpr(-(1 << 63))
-LOW: tl.constexpr = tl.constexpr(0xFFFFFFFF)
-
-
-@triton.jit
-def _ord(v):
-    b = v.to(tl.int32, bitcast=True)
-    b = tl.where(v == 0.0, 0, b)
-    b = tl.where(v != v, 0x7FC00000, b)
-    b = tl.where(b < 0, b ^ 0x7FFFFFFF, b)
-    return b.to(tl.int64)
-
-
-@triton.jit
-def _key(v, gidx):
-    return (_ord(v) << 32) | (LOW - gidx)
-
-
-@triton.jit
-def _value(key):
-    hi = (key >> 32).to(tl.int32)
-    return tl.where(hi < 0, hi ^ 0x7FFFFFFF, hi).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _index(key):
-    return LOW - (key & LOW)
-
-
-@triton.jit
-def _row_key(seed):
-    z = seed.to(tl.uint64, bitcast=True) * GAMMA
-    z = (z ^ (z >> 30)) * MIX1
-    z = (z ^ (z >> 27)) * MIX2
-    return z ^ (z >> 31)
-
-
-@triton.jit
-def nlnl(rkey, gidx):
-    """``log(-log(u))`` for row key ``rkey`` (uint64) and global columns ``gidx`` (int64)."""
-    z = rkey + (gidx + 1).to(tl.uint64, bitcast=True) * GAMMA
-    z = (z ^ (z >> 30)) * MIX1
-    z = (z ^ (z >> 27)) * MIX2
-    h = (z >> 41).to(tl.int32)
-    u = (h.to(tl.float32) + 0.5) * 1.1920928955078125e-07
-    return libdevice.log(-libdevice.log(u))
-
-
-@triton.jit
-def _scores(x, t, rkey, gidx):
-    te = tl.where(t > 0.0, t, 1.0)
-    s = tl.math.div_rn(x, te)
-    return s, s - nlnl(rkey, gidx)
+from . import ll
+from .keys import KEY_MIN, index, key, nlnl, ordered, row_key, scores, top_select, value
 
 
 @triton.jit
@@ -89,8 +38,7 @@ def noise_kernel(seed_ptr, t_ptr, x_ptr, out_ptr, N, BLOCK: tl.constexpr):
     cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
     x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
-    t = tl.load(t_ptr + row)
-    _, g = _scores(x, t, _row_key(tl.load(seed_ptr + row)), cols)
+    _, g = scores(x, tl.load(t_ptr + row), row_key(tl.load(seed_ptr + row)), cols)
     tl.store(out_ptr + row * N + cols, g, mask=mask)
 
 
@@ -102,7 +50,7 @@ def scores_kernel(x_ptr, x_stride, t_ptr, seed_ptr, s_ptr, g_ptr, N, col0, BLOCK
     cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    s, g = _scores(x, tl.load(t_ptr + row), _row_key(tl.load(seed_ptr + row)), cols + col0)
+    s, g = scores(x, tl.load(t_ptr + row), row_key(tl.load(seed_ptr + row)), cols + col0)
     tl.store(s_ptr + row * N + cols, s, mask=mask)
     tl.store(g_ptr + row * N + cols, g, mask=mask)
 
@@ -117,205 +65,266 @@ def _load_row(x_ptr, x_stride, N, col0, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def greedy_local(x_ptr, x_stride, out_ptr, out_stride, N, col0, BLOCK: tl.constexpr):
+def _target(epoch, pstride, relems, row):
+    ep = ll.epoch_of(epoch, row)
+    return ep, ll.row_offset(pstride, relems, row, ep)
+
+
+@triton.jit
+def greedy_local(
+    x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
+    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
-    best = tl.max(tl.where(mask, _key(x, gidx), KEY_MIN), 0)
-    out = out_ptr.to(tl.pointer_type(tl.int64), bitcast=True)
-    tl.store(out + row * out_stride + tl.program_id(1), best)
+    best = tl.max(tl.where(mask, key(x, gidx), KEY_MIN), 0)
+    ep, off = _target(epoch, pstride, relems, row)
+    ll.put_few(peers, off, own + tl.program_id(1), best, best, ep, 1, WORLD, THREADS)
 
 
 @triton.jit
 def sample_local(
-    x_ptr,
-    x_stride,
-    t_ptr,
-    seed_ptr,
-    out_ptr,
-    out_stride,
-    N,
-    col0,
-    BLOCK: tl.constexpr,
-    KP: tl.constexpr,
-):
-    """Words per split: ``KP == 0``: [greedy key, best score key];
-    ``KP > 0``: [greedy key, KP value keys (s, column), KP score keys (g, column)]."""
+    x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, k, N, col0,
+    BLOCK: tl.constexpr, KP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """``KP == 0``: [greedy key, best score key]. ``KP > 0``: [greedy key, the best score
+    key among the elements equal to the k-th largest s, then the k largest s keys in
+    ``KP`` slots (padded with KEY_MIN)]; the final kernel recomputes the other scores."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
-    split = tl.program_id(1)
-    out = out_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * out_stride
     t = tl.load(t_ptr + row)
-    rkey = _row_key(tl.load(seed_ptr + row))
-    s, g = _scores(x, t, rkey, gidx)
-    gkey = tl.where(mask, _key(g, gidx), KEY_MIN)
-    F: tl.constexpr = 2 if KP == 0 else 1 + 2 * KP
-    tl.store(out + split * F, tl.max(tl.where(mask, _key(x, gidx), KEY_MIN), 0))
+    s, g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)
+    gkey = tl.where(mask, key(g, gidx), KEY_MIN)
+    gx = tl.max(tl.where(mask, key(x, gidx), KEY_MIN), 0)
+    ep, off = _target(epoch, pstride, relems, row)
+    F: tl.constexpr = 2 + KP if KP > 0 else 2
+    base = own + tl.program_id(1) * F
     if KP == 0:
-        tl.store(out + split * F + 1, tl.max(gkey, 0))
+        ll.put_few(peers, off, base, gx, tl.max(gkey, 0), ep, 2, WORLD, THREADS)
     else:
-        # The KP largest s (ties: lower column first). Elements equal to the
-        # smallest sent value may be more than were sent, so every sent entry
-        # of that value carries the best score among all of them.
-        skey = tl.where(mask, _key(s, gidx), KEY_MIN)
-        top = tl.topk(skey, KP)
-        last = tl.min(top, 0)
-        tie = mask & ((skey >> 32) == (last >> 32))
-        tie_best = tl.max(tl.where(tie, gkey, KEY_MIN), 0)
-        cidx = _index(top)
-        cs = _value(top)
-        cg = _key(cs - nlnl(rkey, cidx), cidx)
-        cg = tl.where((top >> 32) == (last >> 32), tie_best, cg)
-        cg = tl.where(top == KEY_MIN, KEY_MIN, cg)
-        base = out + split * F + 1 + tl.arange(0, KP)
-        tl.store(base, top)
-        tl.store(base + KP, cg)
+        h = ordered(s)
+        sel, slot, v = top_select(h, mask, k)
+        tie = tl.max(tl.where(mask & (h == v), gkey, KEY_MIN), 0)
+        ll.put_few(peers, off, base, gx, tie, ep, 2, WORLD, THREADS)
+        ll.put(peers, off, base + 2 + slot, key(s, gidx), sel, ep, WORLD)
+        j = tl.arange(0, KP)
+        count = tl.sum(sel.to(tl.int32), 0)
+        ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
 
 
 @triton.jit
 def minp_local(
-    x_ptr,
-    x_stride,
-    t_ptr,
-    seed_ptr,
-    logmp_ptr,
-    gx_ptr,
-    gx_row_words,
-    GC,
-    out_ptr,
-    out_stride,
-    N,
-    col0,
-    BLOCK: tl.constexpr,
-    CAND: tl.constexpr,
-):
-    """min-p, after the greedy exchange: words per split [global greedy key, best score key
-    among ``(s - s_max) >= log(min_p)``]; ``gx`` holds every split's greedy key, whose
-    maximum gives ``s_max = x_max / T``."""
+    x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride, relems,
+    own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """min-p after :func:`minp_reduce`: [global greedy key, best score key among
+    ``(s - s_max) >= log(min_p)``] with ``s_max = x_max / T``; the sample format."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
-    split = tl.program_id(1)
-    out = out_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * out_stride
-    gx = gx_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * gx_row_words
-    i = tl.arange(0, CAND)
-    gbest = tl.max(tl.load(gx + i, mask=i < GC, other=KEY_MIN), 0)
+    gbest = tl.load(gbest_ptr + row)
     t = tl.load(t_ptr + row)
-    smax = tl.math.div_rn(_value(gbest), tl.where(t > 0.0, t, 1.0))
-    s, g = _scores(x, t, _row_key(tl.load(seed_ptr + row)), gidx)
+    smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
+    s, g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)
     keep = mask & ((s - smax) >= tl.load(logmp_ptr + row))
-    tl.store(out + split * 2, gbest)
-    tl.store(out + split * 2 + 1, tl.max(tl.where(keep, _key(g, gidx), KEY_MIN), 0))
+    best = tl.max(tl.where(keep, key(g, gidx), KEY_MIN), 0)
+    ep, off = _target(epoch, pstride, relems, row)
+    ll.put_few(peers, off, own + tl.program_id(1) * 2, gbest, best, ep, 2, WORLD, THREADS)
 
 
 @triton.jit
-def greedy_final(g_ptr, out_ptr, row_words, C, CAND: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    g = g_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * row_words
+def _gathered(
+    box, epoch, pstride, relems, status, timeout_us, row, idx, mask,
+    THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """(epoch, row pointer, words): ``row`` of the mailbox once every word in ``idx`` is
+    in. Final kernels loop over rows (``M`` rows, grid ``<= M``): a bounded grid keeps
+    ranks that share a GPU from filling it with waiting CTAs (see :mod:`.fused`)."""
+    ep, off = _target(epoch, pstride, relems, row)
+    words = ll.wait(box + off, idx, mask, ep, timeout_us, status, THREADS, TRAP)
+    return ep, box + off, words
+
+
+@triton.jit
+def greedy_final(
+    box, epoch, pstride, relems, status, timeout_us, M, out_ptr, C,
+    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
     i = tl.arange(0, CAND)
-    best = tl.max(tl.load(g + i, mask=i < C, other=KEY_MIN), 0)
-    tl.store(out_ptr + row, _index(best))
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        ep, _, g = _gathered(
+            box, epoch, pstride, relems, status, timeout_us, row, i, i < C, THREADS, TRAP
+        )
+        tl.store(out_ptr + row, index(tl.max(tl.where(i < C, g, KEY_MIN), 0)))
+        tl.store(epoch + row, ep)
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def minp_reduce(
+    box, epoch, pstride, relems, status, timeout_us, M, gbest_ptr, C,
+    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """min-p's first round: the row's greedy key, for :func:`minp_local`."""
+    i = tl.arange(0, CAND)
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        ep, _, g = _gathered(
+            box, epoch, pstride, relems, status, timeout_us, row, i, i < C, THREADS, TRAP
+        )
+        tl.store(gbest_ptr + row, tl.max(tl.where(i < C, g, KEY_MIN), 0))
+        tl.store(epoch + row, ep)
+        row += tl.num_programs(0)
 
 
 @triton.jit
 def _use_greedy(t, gbest):
-    smax = tl.math.div_rn(_value(gbest), tl.where(t > 0.0, t, 1.0))
+    smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
     return (t == 0.0) | (smax != smax) | (tl.abs(smax) == float("inf"))
 
 
 @triton.jit
 def sample_final(
-    g_ptr,
-    t_ptr,
-    out_ptr,
-    row_words,
-    C,
-    k,
-    CAND: tl.constexpr,
-    KP: tl.constexpr,
-    KCAND: tl.constexpr,
-):
-    """``C`` splits (all ranks) of ``1 + 2 * KP`` words (``2`` when ``KP == 0``)."""
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, out_ptr, C, k,
+    CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """``C`` splits (all ranks) in the sample or sample-top-k format."""
     row = tl.program_id(0).to(tl.int64)
-    g = g_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * row_words
-    i = tl.arange(0, CAND)
-    F: tl.constexpr = 2 if KP == 0 else 1 + 2 * KP
-    gbest = tl.max(tl.load(g + i * F, mask=i < C, other=KEY_MIN), 0)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        _sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+                    out_ptr, C, k, CAND, KP, THREADS, TRAP)  # fmt: skip
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def _sample_row(
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, out_ptr, C, k,
+    CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    F: tl.constexpr = 2 + KP if KP > 0 else 2
+    c = tl.arange(0, CAND)
+    ok = c < C
+    ep, rowbox, gx = _gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
+    )
+    g = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
+    gbest = tl.max(tl.where(ok, gx, KEY_MIN), 0)
     if KP == 0:
-        sbest = tl.max(tl.load(g + i * F + 1, mask=i < C, other=KEY_MIN), 0)
+        sbest = tl.max(tl.where(ok, g, KEY_MIN), 0)
     else:
-        c = tl.arange(0, KCAND)
-        where = g + (c // KP) * F + 1 + (c % KP)
-        ok = c < C * KP
-        skey = tl.load(where, mask=ok, other=KEY_MIN)
-        score = tl.load(where + KP, mask=ok, other=KEY_MIN)
-        top = tl.topk(skey, KP)
-        kth = tl.max(tl.where(tl.arange(0, KP) == k - 1, top, KEY_MIN), 0)
-        keep = ok & ((skey >> 32) >= (kth >> 32))
-        sbest = tl.max(tl.where(keep, score, KEY_MIN), 0)
+        j = tl.arange(0, KP)[None, :]
+        at = c[:, None] * F + 2 + j
+        cand = ll.wait(rowbox, at, ok[:, None], ep, timeout_us, status, THREADS, TRAP)
+        valid = ok[:, None] & (cand != KEY_MIN)
+        h = cand >> 32
+        floor = tl.min(tl.where(valid, h, 1 << 40), 1)  # each split's smallest value sent
+        cut = _kth(h, valid, k)
+        col = index(cand)
+        rkey = row_key(tl.load(seed_ptr + row))
+        sc = key(value(cand) - nlnl(rkey, col), col)
+        # Unsent elements of a split can only equal its smallest sent value; the split
+        # sent the best score among all of those (word 1), which stands for each of them.
+        sc = tl.where(h == floor[:, None], g[:, None], sc)
+        sbest = tl.max(tl.max(tl.where(valid & (h >= cut), sc, KEY_MIN), 1), 0)
     t = tl.load(t_ptr + row)
-    tok = tl.where(_use_greedy(t, gbest), _index(gbest), _index(sbest))
+    tok = tl.where(_use_greedy(t, gbest), index(gbest), index(sbest))
     tl.store(out_ptr + row, tok)
+    tl.store(epoch + row, ep)
+
+
+@triton.jit
+def _kth(h, valid, k):
+    """:func:`.keys.kth_value` over a 2-D block."""
+    lo = tl.min(tl.min(tl.where(valid, h, 1 << 40), 1), 0)
+    hi = tl.max(tl.max(tl.where(valid, h, -(1 << 40)), 1), 0)
+    while lo < hi:
+        mid = hi - (hi - lo) // 2
+        if tl.sum(tl.sum((valid & (h >= mid)).to(tl.int32), 1), 0) >= k:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 @triton.jit
 def logprobs_local(
-    x_ptr, x_stride, ids_ptr, out_ptr, out_stride, N, col0, BLOCK: tl.constexpr, NP: tl.constexpr
-):
-    """Row words: [token logit (fp32), pad], then per split [max, sum exp] (fp32 pair)
-    and ``NP`` sort keys (logit, column) of the split's largest logits."""
+    x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
+    BLOCK: tl.constexpr, NP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """Head word: the token's logit (fp32 bits; NaN where this rank does not own it).
+    Split words: (max, sum exp(x - max)) as fp32 bits (low, high), then the ``n``
+    largest keys (x, j) in ``NP`` slots."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
     split = tl.program_id(1)
-    out = out_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * out_stride
-    outf = out.to(tl.pointer_type(tl.float32), bitcast=True)
     m = tl.max(x, 0)
     shift = tl.where(m == float("-inf"), 0.0, m)
     total = tl.sum(tl.where(mask, libdevice.exp(x - shift), 0.0), 0)
-    word = 1 + split * (1 + NP)
-    tl.store(outf + 2 * word, m)
-    tl.store(outf + 2 * word + 1, total)
+    pair = (total.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (
+        m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    )
+    ep, off = _target(epoch, pstride, relems, row)
+    base = own + 1 + split * (1 + NP)
+    ll.put_few(peers, off, base, pair, pair, ep, 1, WORLD, THREADS)
     if split == 0:
         local = tl.load(ids_ptr + row) - col0
         mine = (local >= 0) & (local < N)
-        v = tl.load(x_ptr + row * x_stride + local, mask=mine, other=0.0).to(tl.float32)
-        tl.store(outf, v, mask=mine)
+        v = tl.load(x_ptr + row * x_stride + local, mask=mine, other=float("nan")).to(tl.float32)
+        bits = v.to(tl.int32, bitcast=True).to(tl.int64)
+        ll.put_few(peers, off, own, bits, bits, ep, 1, WORLD, THREADS)
     if NP > 0:
-        top = tl.topk(tl.where(mask, _key(x, gidx), KEY_MIN), NP)
-        tl.store(out + word + 1 + tl.arange(0, NP), top)
+        sel, slot, _ = top_select(ordered(x), mask, n)
+        ll.put(peers, off, base + 1 + slot, key(x, gidx), sel, ep, WORLD)
+        j = tl.arange(0, NP)
+        count = tl.sum(sel.to(tl.int32), 0)
+        ll.put(peers, off, base + 1 + j, tl.full([NP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
 
 
 @triton.jit
 def logprobs_final(
-    g_ptr,
-    ids_ptr,
-    lp_ptr,
-    top_ids_ptr,
-    top_lp_ptr,
-    row_words,
-    rank_words,
-    S,
-    C,
-    N,
-    W,
-    n,
-    CAND: tl.constexpr,
-    NP: tl.constexpr,
-    NCAND: tl.constexpr,
-):
+    box, epoch, pstride, relems, status, timeout_us, M, ids_ptr, lp_ptr, top_ids_ptr,
+    top_lp_ptr, S, C, N, W, n, CAND: tl.constexpr, NP: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
-    g = g_ptr.to(tl.pointer_type(tl.int64), bitcast=True) + row * row_words
-    gf = g.to(tl.pointer_type(tl.float32), bitcast=True)
-    i = tl.arange(0, CAND)
-    word = (i // S) * rank_words + 1 + (i % S) * (1 + NP)
-    maxima = tl.load(gf + 2 * word, mask=i < C, other=float("-inf"))
-    sums = tl.load(gf + 2 * word + 1, mask=i < C, other=0.0)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        _logprobs_row(box, epoch, pstride, relems, status, timeout_us, row, ids_ptr, lp_ptr,
+                      top_ids_ptr, top_lp_ptr, S, C, N, W, n, CAND, NP, THREADS, TRAP)  # fmt: skip
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def _logprobs_row(
+    box, epoch, pstride, relems, status, timeout_us, row, ids_ptr, lp_ptr, top_ids_ptr,
+    top_lp_ptr, S, C, N, W, n, CAND: tl.constexpr, NP: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
+):  # fmt: skip
+    RW = 1 + S * (1 + NP)  # words per rank
+    c = tl.arange(0, CAND)
+    ok = c < C
+    at = (c // S) * RW + 1 + (c % S) * (1 + NP)
+    ep, rowbox, pairs = _gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, at, ok, THREADS, TRAP
+    )
+    maxima = (pairs & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    maxima = tl.where(ok, maxima, float("-inf"))
+    sums = tl.where(ok, (pairs >> 32).to(tl.int32).to(tl.float32, bitcast=True), 0.0)
     big = tl.max(maxima, 0)
     # tl.max skips NaN; a NaN logit makes its split's sum NaN, and so the result.
-    total = tl.sum(tl.where(i < C, sums * libdevice.exp(maxima - big), 0.0), 0)
+    total = tl.sum(tl.where(ok, sums * libdevice.exp(maxima - big), 0.0), 0)
     lse = libdevice.log(total)
     tok = tl.load(ids_ptr + row)
     owner = tl.minimum(tl.maximum(tok // N, 0), W - 1)
-    tl.store(lp_ptr + row, tl.load(gf + 2 * owner * rank_words) - big - lse)
+    two = tl.arange(0, 2)
+    tw = ll.wait(rowbox, owner * RW + two * 0, two < 1, ep, timeout_us, status, THREADS, TRAP)
+    logit = tl.sum(tl.where(two < 1, tw, 0), 0).to(tl.int32).to(tl.float32, bitcast=True)
+    tl.store(lp_ptr + row, logit - big - lse)
     if NP > 0:
-        c = tl.arange(0, NCAND)
-        cw = (c // (S * NP)) * rank_words + 1 + ((c // NP) % S) * (1 + NP) + 1 + c % NP
-        keys = tl.load(g + cw, mask=c < C * NP, other=KEY_MIN)
-        top = tl.topk(keys, NP)
-        j = tl.arange(0, NP)
-        tl.store(top_ids_ptr + row * n + j, _index(top), mask=j < n)
-        tl.store(top_lp_ptr + row * n + j, _value(top) - big - lse, mask=j < n)
+        j = tl.arange(0, NP)[None, :]
+        keys = ll.wait(rowbox, at[:, None] + 1 + j, ok[:, None], ep, timeout_us, status, THREADS,
+                       TRAP)  # fmt: skip
+        keys = tl.where(ok[:, None], keys, KEY_MIN)
+        r = 0
+        while r < n:  # n rounds of "take the largest key"; keys are unique
+            best = tl.max(tl.max(keys, 1), 0)
+            tl.store(top_ids_ptr + row * n + r, index(best))
+            tl.store(top_lp_ptr + row * n + r, value(best) - big - lse)
+            keys = tl.where(keys == best, KEY_MIN, keys)
+            r += 1
+    tl.store(epoch + row, ep)

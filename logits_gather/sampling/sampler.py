@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
-try:  # the core moved it; accept either home
-    from ..checks import resolve_device as _resolve_device
-except ImportError:  # pragma: no cover - older core
-    from ..gather import _resolve_device  # type: ignore[attr-defined,no-redef]
-from . import checks, exchange, filters, ops, rng, select
+from ..checks import resolve_device as _resolve_device
+from ..checks import resolve_options
+from . import checks, exchange, filters, mailbox, ops, rng, select
 from . import fused as fused_mod
+
+log = logging.getLogger(__name__)
 
 MAX_CANDIDATES = 64
 """``top_k`` up to this sends candidates (one exchange); larger ``top_k`` uses radix select."""
@@ -41,9 +42,14 @@ class VocabParallelSampler:
     :class:`~logits_gather.LogitsGather`. ``check_values=False`` skips the
     value checks (one host sync per call; they are also skipped during capture).
 
-    On CUDA with Triton, greedy, sample (no filter, an int ``top_k <= 64``, or
-    ``min_p`` alone) and logprobs run fused (:mod:`.fused`: a Triton kernel, the exchange, a Triton
-    kernel); ``fused=False`` forces the torch-ops path (the one CPUs use).
+    On CUDA with Triton, when every rank's GPU can map its peers' memory (as
+    :class:`~logits_gather.LogitsGather`'s kernel needs), greedy, sample (no
+    filter, an int ``top_k <= 64``, or ``min_p`` alone) and logprobs run fused
+    (:mod:`.fused`: two Triton kernels that exchange through symmetric memory);
+    ``fused=False`` forces the torch-ops path (the one CPUs use). ``timeout_s`` and
+    ``on_timeout`` bound the fused kernels' waits for peers as in ``LogitsGather``
+    (defaults from ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see
+    :meth:`check`.
     """
 
     def __init__(
@@ -56,6 +62,8 @@ class VocabParallelSampler:
         backend: str = "auto",
         check_values: bool = True,
         fused: bool = True,
+        timeout_s: float | None = None,
+        on_timeout: str | None = None,
     ) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(
@@ -64,8 +72,9 @@ class VocabParallelSampler:
             )
         checks.construction(columns, capacity, backend)
         device, problems = _resolve_device(device)
-        if problems:
-            raise ValueError("; ".join(problems))
+        timeout_s, on_timeout, _, more = resolve_options(timeout_s, on_timeout, False)
+        if problems or more:
+            raise ValueError("; ".join(problems + more))
         self.group = group
         self.world_size: int = dist.get_world_size(group)
         self.rank: int = dist.get_rank(group)
@@ -82,22 +91,69 @@ class VocabParallelSampler:
         self._low = torch.arange(start, start + columns, dtype=torch.int64, device=device)
         self._low.neg_().add_((1 << 32) - 1)
         self._exchanges: dict[int, exchange.Exchange] = {}
-        self._fused = (
-            fused_mod.Fused(columns, self.world_size, self.rank)
-            if fused and fused_mod.available(device)
-            else None
-        )
-        if self._fused is not None:
-            widths = (self._fused.width("greedy"), self._fused.width("sample"))
-        else:
-            widths = (ops.GREEDY_WIDTH, ops.BEST_WIDTH)
-        for width in widths:
-            self._exchange(width, capacity)
+        self._boxes: dict[int, mailbox.Mailbox] = {}
+        self._retired: list[mailbox.Mailbox] = []
+        self.timeout_s, self.on_timeout = timeout_s, on_timeout
+        self._fused = None
+        if fused and backend != "torch.distributed":
+            why, wait_ctas = mailbox.fast_path_problem(group, device)
+            if why is None and fused_mod.available(device):
+                self._fused = fused_mod.Fused(
+                    columns,
+                    self.world_size,
+                    self.rank,
+                    self._box,
+                    on_timeout == "trap",
+                    wait_ctas,
+                )
+                for op in ("greedy", "sample"):
+                    self._box(self._fused.words(op), capacity)
+            else:
+                log.info("VocabParallelSampler: torch-ops path, because %s", why or "no Triton")
+        if self._fused is None:
+            for width in (ops.GREEDY_WIDTH, ops.BEST_WIDTH):
+                self._exchange(width, capacity)
 
     @property
     def backend(self) -> str:
-        """The exchanges' backend: ``"symm_mem"`` or ``"torch.distributed"``."""
+        """How ranks exchange values: ``"symm_mem"`` (the fused kernels' mailboxes, or the
+        exchanges' symmetric-memory kernel) or ``"torch.distributed"``."""
+        if self._fused is not None:
+            return "symm_mem"
         return self._exchange(ops.GREEDY_WIDTH, 1).backend
+
+    def _box(self, words: int, rows: int) -> mailbox.Mailbox:
+        """The fused kernels' mailbox for ``words`` words per rank and row; built
+        collectively (first use, or more rows than it holds: capacity doubles)."""
+        mb = self._boxes.get(words)
+        if mb is not None and mb.capacity >= rows:
+            return mb
+        if exchange._capturing(self.device):
+            raise RuntimeError(
+                f"logits_gather.sampling: no mailbox of {words} words for {rows} rows; it "
+                "is built collectively on first use, which cannot happen inside CUDA graph "
+                "capture: run the same operation (same top_k/top_n, M >= this M) once before "
+                "capture"
+            )
+        capacity = max(rows, self.capacity, 2 * mb.capacity if mb is not None else 0)
+        new = mailbox.Mailbox(
+            words * self.world_size,
+            capacity,
+            self.group,
+            self.device,
+            timeout_s=self.timeout_s,
+            trap=self.on_timeout == "trap",
+        )
+        if mb is not None:  # a peer may still read what this rank wrote into the old one
+            self._retired.append(mb)
+        self._boxes[words] = new
+        return new
+
+    def check(self) -> None:
+        """Raises :class:`~logits_gather.PeerTimeoutError` if a fused kernel timed out
+        waiting for a peer (with ``on_timeout="trap"`` the kernel also aborted)."""
+        for mb in [*self._boxes.values(), *self._retired]:
+            mb.check()
 
     def _exchange(self, width: int, rows: int) -> exchange.Exchange:
         ex = self._exchanges.get(width)
@@ -130,7 +186,7 @@ class VocabParallelSampler:
         the lowest global id among equal maxima, the first NaN if a row has one."""
         m = self._rows(shard)
         if self._fused is not None:
-            return self._fused.greedy(shard, self._exchange(self._fused.width("greedy"), m))
+            return self._fused.greedy(shard)
         ex = self._exchange(ops.GREEDY_WIDTH, m)
         ops.pack_greedy(shard, ex.payload[:m])
         return ops.combine_greedy(ex.send(m), shard.dtype, self.columns)[0]
@@ -180,25 +236,14 @@ class VocabParallelSampler:
             mp = None
         if p is None and mp is None and not isinstance(k, torch.Tensor):
             if self._fused is not None and (k is None or k <= MAX_CANDIDATES):
-                width = self._fused.width(
-                    "sample" if k is None else "sample_k", self._fused.room(k or 1)
-                )
-                return self._fused.sample(shard, t.view(m), seeds, k, self._exchange(width, m))
+                return self._fused.sample(shard, t.view(m), seeds, k)
             if self._fused is None:
                 return self._sample_ops(shard, t, rng.row_keys(seeds), k)
         dev = self.device
         if self._fused is not None and p is None and k is None:  # min-p alone: fused
             if isinstance(mp, float):
                 mp = torch.full((m, 1), mp, dtype=torch.float32, device=dev)
-            f = self._fused
-            return f.sample_minp(
-                shard,
-                t.view(m),
-                seeds,
-                torch.log(mp).view(m),
-                self._exchange(f.width("greedy"), m),
-                self._exchange(f.width("sample"), m),
-            )
+            return self._fused.sample_minp(shard, t.view(m), seeds, torch.log(mp).view(m))
         if isinstance(k, int):
             k = torch.full((m, 1), k, dtype=torch.int64, device=dev)
         if isinstance(p, float):
@@ -256,8 +301,7 @@ class VocabParallelSampler:
     def _logprobs(self, shard: torch.Tensor, ids: torch.Tensor, n: int) -> Logprobs:
         m = shard.shape[0]
         if self._fused is not None:
-            width = self._fused.width("logprobs", self._fused.room(n) if n else 0)
-            return Logprobs(*self._fused.logprobs(shard, ids, n, self._exchange(width, m)))
+            return Logprobs(*self._fused.logprobs(shard, ids, n))
         room = ops.slots(n, checks.MAX_TOP_N)
         ex = self._exchange(ops.logprobs_width(room), m)
         local = ids - self.rank * self.columns

@@ -1,0 +1,155 @@
+"""The fused sampling kernels' exchange: low-latency (LL) words, flag and data in one store.
+
+Protocol
+--------
+An exchange is a :class:`~.mailbox.Mailbox`: on every rank, ``int64 [2, capacity, R]``
+in symmetric memory plus a private ``int32 [capacity]`` epoch per row. A 64-bit
+payload word travels as two 8-byte *elements*, ``(epoch << 32) | low half`` and
+``(epoch << 32) | high half``, so an element carries its own readiness flag.
+
+- Writers (the ``*_local`` kernels, any number of CTAs per row) read the row's
+  epoch ``e``, put ``E = e + 1`` into every element and store their words into
+  parity ``E & 1`` of the row on every rank, their own included, each element
+  with one ``st.relaxed.sys`` (a strong, single-copy-atomic 8-byte store).
+- The reader (one CTA per row in the consumer kernel) polls its own copy with
+  volatile loads (relaxed, system scope) until every element of the row shows
+  ``E``, decodes the words, and stores the row's epoch ``E``. It is the only
+  thread block that writes that epoch, so the read-modify-write cannot race.
+
+No fence, no flag word and no barrier kernel: a reader sees each element either
+old or new, and new elements are complete by themselves. An element of parity
+``E & 1`` holding ``E`` can only come from this call: the slot last held
+``E - 2`` (or less), and epochs advance by one per use of the row on every rank
+alike (all ranks make the same calls with the same ``M``).
+
+Why two parities suffice: a writer on rank A stores for use ``E + 2`` of a row
+only after its own reader of use ``E + 1`` finished, which needed rank B's
+writers of use ``E + 1``, which B's stream runs after B's reader of use ``E``.
+So B has consumed use ``E`` before anyone overwrites that parity.
+
+Waiting kernels run one CTA per row and wait only for writers launched earlier on
+other ranks' streams, which never wait themselves, so no co-residency is needed.
+A wait that outlasts ``timeout_us`` records ``[code, cta, seen, target]`` in the
+mailbox's pinned status block and traps (``TRAP``) or gives up (see
+:meth:`.mailbox.Mailbox.check`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+from ..kernel import _now, _timed_out
+
+HW: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
+LOW: tl.constexpr = tl.constexpr(0xFFFFFFFF)
+TIMEOUT_IN_SAMPLING = tl.constexpr(3)
+
+
+@triton.jit
+def _st(ptr, value, mask):
+    """``st.relaxed.sys.global.b64`` of each element where ``mask`` (the interpreter: a store)."""
+    if HW:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p st.relaxed.sys.global.b64 [$1], $3; "
+            "mov.b32 $0, 0; }",
+            "=r,l,r,l",
+            [ptr, mask.to(tl.int32), value],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+    else:
+        tl.store(ptr, value, mask=mask)
+
+
+@triton.jit
+def _element(half, ep):
+    return ((ep.to(tl.int64) & LOW) << 32) | (half & LOW)
+
+
+@triton.jit
+def put(peers, rowoff, off, words, mask, ep, WORLD: tl.constexpr):
+    """Stores 64-bit ``words`` (any shape) at word offsets ``off`` of row offset ``rowoff``
+    (elements, see :func:`row_offset`) in every rank's mailbox (``peers``: int64
+    ``[WORLD]`` base addresses)."""
+    lo = _element(words, ep)
+    hi = _element(words >> 32, ep)
+    for p in tl.static_range(WORLD):
+        base = tl.load(peers + p).to(tl.pointer_type(tl.int64)) + rowoff
+        _st(base + 2 * off, lo, mask)
+        _st(base + 2 * off + 1, hi, mask)
+
+
+@triton.jit
+def put_few(
+    peers, rowoff, off, w0, w1, ep, NW: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr
+):
+    """Stores ``NW`` (1 or 2) scalar words at word offsets ``off, off + 1`` on every rank,
+    one thread per element (a scalar store would run in every thread)."""
+    i = tl.arange(0, THREADS)
+    half = tl.where(i % 2 == 0, w0, w0 >> 32)
+    if NW > 1:
+        half = tl.where(i // 2 == 1, tl.where(i % 2 == 0, w1, w1 >> 32), half)
+    value = _element(half, ep)
+    for p in tl.static_range(WORLD):
+        base = tl.load(peers + p).to(tl.pointer_type(tl.int64)) + rowoff
+        _st(base + 2 * off + i, value, i < 2 * NW)
+
+
+@triton.jit
+def _ready(lo, hi, mask, ep):
+    e = ep.to(tl.int64)
+    ok = ((lo >> 32) == e) & ((hi >> 32) == e)
+    return tl.min(tl.where(mask, ok, True).to(tl.int32)) == 1
+
+
+@triton.jit
+def wait(
+    row_ptr,
+    idx,
+    mask,
+    ep,
+    timeout_us,
+    status,
+    THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
+):
+    """Polls words ``idx`` (any shape, ``mask``ed) of this rank's row ``row_ptr`` until
+    all carry epoch ``ep``; returns them as int64 (masked-off words are 0). ``status``
+    is the address of the pinned status block (an int)."""
+    lo = tl.load(row_ptr + 2 * idx, mask=mask, other=0, volatile=True)
+    hi = tl.load(row_ptr + 2 * idx + 1, mask=mask, other=0, volatile=True)
+    if not HW:  # the interpreter runs writers first, or never: no timer there
+        if not _ready(lo, hi, mask, ep):
+            lo = _element(lo, ep + 1)  # a wrong epoch: the caller's result is wrong
+            hi = _element(hi, ep + 1)
+    elif not _ready(lo, hi, mask, ep):
+        deadline = _now(THREADS) + timeout_us.to(tl.int64) * 1000
+        spins = 0
+        while not _ready(lo, hi, mask, ep):
+            lo = tl.load(row_ptr + 2 * idx, mask=mask, other=0, volatile=True)
+            hi = tl.load(row_ptr + 2 * idx + 1, mask=mask, other=0, volatile=True)
+            spins += 1
+            if (spins % 64) == 0:
+                if _now(THREADS) > deadline:
+                    seen = tl.min(tl.where(mask, lo >> 32, ep.to(tl.int64)))
+                    where = status.to(tl.pointer_type(tl.int32))
+                    _timed_out(where, TIMEOUT_IN_SAMPLING, seen.to(tl.int32), ep, TRAP)
+                    lo = _element(lo, ep)
+                    hi = _element(hi, ep)
+    return tl.where(mask, ((hi & LOW) << 32) | (lo & LOW), 0)
+
+
+@triton.jit
+def epoch_of(epoch, row):
+    """The epoch a use of ``row`` writes and waits for (the row's last one + 1)."""
+    return tl.load(epoch + row) + 1
+
+
+@triton.jit
+def row_offset(parity_stride, row_elems, row, ep):
+    """Element offset of ``row`` at parity ``ep & 1`` in a mailbox."""
+    return (ep & 1).to(tl.int64) * parity_stride + row.to(tl.int64) * row_elems

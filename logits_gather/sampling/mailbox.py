@@ -1,0 +1,134 @@
+"""Mailboxes: the symmetric buffers behind the fused kernels' exchanges (protocol: :mod:`.ll`).
+
+:func:`fast_path_problem` decides, collectively, whether this group can use them
+(CUDA, Triton, and peer access between all ranks' GPUs, as the gather needs).
+A :class:`Mailbox` is built collectively by every rank with the same arguments.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from .. import symmetric
+from ..checks import PeerTimeoutError, agree
+
+log = logging.getLogger(__name__)
+
+
+def fast_path_problem(
+    group: dist.ProcessGroup | None, device: torch.device
+) -> tuple[str | None, int | None]:
+    """``(why not, wait_ctas)``: why the fused kernels cannot run in this group (the same
+    answer on every rank; None if they can), and the most CTAs a waiting kernel may
+    launch (None: one per row). Collective.
+
+    Ranks that share a GPU run side by side (MPS); a waiting kernel's CTAs could then fill
+    the GPU while a peer's writer kernel, which they wait for, finds no room. So when
+    ranks share a GPU, waiting kernels get at most half the SMs split among the sharers.
+    """
+    mine = symmetric.local_problem(device) if device.type == "cuda" else f"device is {device}"
+    info = symmetric.describe_device(device) if mine is None else None
+    what = "VocabParallelSampler construction"
+    every = agree(group, {}, [], extra=(mine, info), what=what)
+    reasons = [f"rank {r}: {why}" for r, (why, _) in enumerate(every) if why]
+    infos = [i for _, i in every]
+    if not reasons and len(every) > 1:
+        peer = symmetric.peer_problem(dist.get_rank(group), infos)
+        again = agree(group, {}, [], extra=peer, what=what)
+        reasons = [f"rank {r}: {why}" for r, why in enumerate(again) if why]
+    if reasons:
+        return "; ".join(reasons), None
+    sharing = max(sum(1 for j in infos if j["uuid"] == i["uuid"]) for i in infos)
+    return None, (None if sharing == 1 else max(1, symmetric.max_ctas(infos) // 2))
+
+
+class Mailbox:
+    """``int64 [2, capacity, 2 * words]`` LL slots on every rank, a private epoch per row,
+    and every rank's base address. ``words`` is the row's width in 64-bit words (all
+    ranks' parts together)."""
+
+    def __init__(
+        self,
+        words: int,
+        capacity: int,
+        group: dist.ProcessGroup | None,
+        device: torch.device,
+        *,
+        timeout_s: float,
+        trap: bool,
+    ) -> None:
+        self.words, self.capacity, self.device = words, capacity, device
+        self.row_elems = 2 * words
+        self.parity_stride = capacity * self.row_elems
+        world = dist.get_world_size(group)
+        rank = dist.get_rank(group)
+        numel = 2 * self.parity_stride
+        self._handle = None
+        data, failure = None, None
+        try:
+            if world == 1:
+                data = torch.zeros(numel, dtype=torch.int64, device=device)
+            else:
+                import torch.distributed._symmetric_memory as symm_mem
+
+                data = symm_mem.empty(numel, dtype=torch.int64, device=device)
+                data.zero_()
+            torch.cuda.synchronize(device)  # zero before any peer can write
+        except Exception as exc:  # noqa: BLE001 - agreed below, raised on every rank
+            failure = f"{type(exc).__name__}: {exc}"
+        every = agree(
+            group,
+            {"words": words, "capacity": capacity},
+            [],
+            extra=failure,
+            what="sampling mailbox allocation",
+        )
+        failed = [f"rank {r}: {f}" for r, f in enumerate(every) if f]
+        if failed:
+            del data
+            raise symmetric.AllocationError(
+                f"sampling mailbox ({numel} int64 per rank) failed on " + "; ".join(failed)
+            )
+        if world == 1:
+            bases = [data.data_ptr()]
+        else:
+            group_ = group if group is not None else dist.group.WORLD
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+                if enable is not None:
+                    enable(group_.group_name)
+            self._handle = symm_mem.rendezvous(data, group_)
+            bases = symmetric._bases(data, self._handle, rank)
+        self.data = data
+        self.peers = torch.tensor(bases, dtype=torch.int64, device=device)
+        self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
+        self.timeout_us = max(1, int(timeout_s * 1e6))
+        self.trap = trap
+        self.status = torch.zeros(4, dtype=torch.int32, pin_memory=True)
+        self.status_ptr = self.status.data_ptr()
+        self._status_words = (ctypes.c_int32 * 4).from_address(self.status_ptr)
+        log.debug("sampling mailbox: %d words x %d rows on %d ranks", words, capacity, world)
+
+    def check(self) -> None:
+        """Raises :class:`~logits_gather.checks.PeerTimeoutError` if a wait timed out."""
+        if self._status_words[0]:
+            _, cta, seen, target = list(self._status_words)
+            after = (
+                "the kernel trapped, so the CUDA context is unusable; restart the process"
+                if self.trap
+                else "the result of that call is wrong and this sampler is unusable"
+            )
+            raise PeerTimeoutError(
+                f"logits_gather.sampling timed out waiting for a peer's values (CTA {cta} saw "
+                f"epoch {seen}, needed {target}): a peer rank is dead, stalled, or made "
+                f"different sampling calls; {after}"
+            )
+
+
+__all__ = ["Mailbox", "fast_path_problem"]
