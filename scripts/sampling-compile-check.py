@@ -38,19 +38,19 @@ def variants():
     """(name, kernel, signature, constexprs, warps) for every variant the sampler launches."""
     local = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256}
     for dt in ("bf16", "fp32"):
-        x = f"*{dt}"
+        x, bits = f"*{dt}", 16 if dt == "bf16" else 32
         yield "greedy_local", K.greedy_local, x, local, 8
         for kp in (0, 2, 64):
-            yield f"sample_local KP={kp}", K.sample_local, x, dict(local, KP=kp), 8
+            yield f"sample_local KP={kp}", K.sample_local, x, dict(local, KP=kp, BITS=bits), 8
         yield "scores_kernel", K.scores_kernel, x, {"BLOCK": 4096}, 8
         yield "minp_local", K.minp_local, x, local, 8
         for np_ in (0, 32):
-            yield f"logprobs_local NP={np_}", K.logprobs_local, x, dict(local, NP=np_), 8
+            yield f"logprobs_local NP={np_}", K.logprobs_local, x, dict(local, NP=np_, BITS=bits), 8
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", K.greedy_final, None, final, 1
     yield "minp_reduce", K.minp_reduce, None, final, 1
     yield "sample_final KP=0", K.sample_final, None, dict(final, KP=0), 1
-    yield "sample_final KP=64", K.sample_final, None, dict(final, KP=64, THREADS=256), 8
+    yield "sample_final KP=64", K.sample_final, None, dict(final, KP=64, THREADS=512), 16
     yield "logprobs_final NP=0", K.logprobs_final, None, dict(final, NP=0), 1
     yield "logprobs_final NP=32", K.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
     yield "noise_kernel", K.noise_kernel, F32P, {"BLOCK": 1024}, 4

@@ -128,7 +128,7 @@ class Fused:
     def words(self, op: str, room: int = 0) -> int:
         """Words per rank and row of ``op``'s mailbox."""
         s = self.splits
-        return {"greedy": s, "sample": 2 * s, "sample_k": (2 + room) * s}.get(
+        return {"greedy": s, "sample": 2 * s, "sample_k": (3 + room) * s}.get(
             op, 1 + s * (1 + room)
         )
 
@@ -137,6 +137,8 @@ class Fused:
         args = (x, x.stride(0), *head, mb.peers, mb.epoch, mb.parity_stride, mb.row_elems)
         args += (self.rank * words, *tail, self.columns, self.col0)
         consts = dict(consts, BLOCK=self.block, WORLD=self.world, THREADS=32 * self.warps)
+        if "KP" in consts or "NP" in consts:  # radix keys: x's bits (16 are exact for bf16)
+            consts["BITS"] = 16 if shard.dtype == torch.bfloat16 else 32
         self.launch(fn, (shard.shape[0], self.splits), args, consts, self.warps)
 
     def _final(self, fn, m: int, mb, tail: tuple, consts: dict, warps: int) -> None:
@@ -171,7 +173,7 @@ class Fused:
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
         c = self.world * self.splits
         consts = {"CAND": self._cand(), "KP": kp}
-        self._final(self.k.sample_final, m, mb, (t, seed, out, c, k or 0), consts, 8 if kp else 1)
+        self._final(self.k.sample_final, m, mb, (t, seed, out, c, k or 0), consts, 16 if kp else 1)
         return out
 
     def scores(

@@ -28,7 +28,20 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import ll
-from .keys import KEY_MIN, index, key, nlnl, ordered, row_key, scores, top_select, value
+from .keys import (
+    KEY_MIN,
+    best_key,
+    index,
+    key,
+    kth_largest,
+    nlnl,
+    ordered32,
+    radix_bits,
+    row_key,
+    scores,
+    top_select,
+    value,
+)
 
 
 @triton.jit
@@ -57,8 +70,9 @@ def scores_kernel(x_ptr, x_stride, t_ptr, seed_ptr, s_ptr, g_ptr, N, col0, BLOCK
 
 @triton.jit
 def _load_row(x_ptr, x_stride, N, col0, BLOCK: tl.constexpr):
+    """(row, columns, mask, x as fp32, global columns); columns are int32."""
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)
     return row, cols, mask, x, cols + col0
@@ -76,7 +90,7 @@ def greedy_local(
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
-    best = tl.max(tl.where(mask, key(x, gidx), KEY_MIN), 0)
+    best = best_key(x, gidx, mask)
     ep, off = _target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + tl.program_id(1), best, best, ep, 1, WORLD, THREADS)
 
@@ -84,30 +98,40 @@ def greedy_local(
 @triton.jit
 def sample_local(
     x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, k, N, col0,
-    BLOCK: tl.constexpr, KP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr,
+    THREADS: tl.constexpr,
 ):  # fmt: skip
-    """``KP == 0``: [greedy key, best score key]. ``KP > 0``: [greedy key, the best score
-    key among the elements equal to the k-th largest s, then the k largest s keys in
-    ``KP`` slots (padded with KEY_MIN)]; the final kernel recomputes the other scores."""
+    """``KP == 0``: [greedy key, best score key]. ``KP > 0``: [greedy key, tie word, the
+    k-th largest s of the split (ordered), then the k largest s keys in ``KP`` slots
+    (padded with KEY_MIN)]. The final kernel computes the candidates' scores; the tie
+    word is the best score key among the split's elements equal to its k-th s when
+    some of those were left out (KEY_MIN otherwise), the only case that needs the
+    noise of elements not sent."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
     t = tl.load(t_ptr + row)
-    s, g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)
-    gkey = tl.where(mask, key(g, gidx), KEY_MIN)
-    gx = tl.max(tl.where(mask, key(x, gidx), KEY_MIN), 0)
+    rkey = row_key(tl.load(seed_ptr + row))
+    gx = best_key(x, gidx, mask)
     ep, off = _target(epoch, pstride, relems, row)
-    F: tl.constexpr = 2 + KP if KP > 0 else 2
-    base = own + tl.program_id(1) * F
     if KP == 0:
-        ll.put_few(peers, off, base, gx, tl.max(gkey, 0), ep, 2, WORLD, THREADS)
+        s, g = scores(x, t, rkey, gidx)
+        best = best_key(g, gidx, mask)
+        ll.put_few(peers, off, own + tl.program_id(1) * 2, gx, best, ep, 2, WORLD, THREADS)
     else:
-        h = ordered(s)
-        sel, slot, v = top_select(h, mask, k)
-        tie = tl.max(tl.where(mask & (h == v), gkey, KEY_MIN), 0)
+        base = own + tl.program_id(1) * (3 + KP)
+        s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+        h = ordered32(s)
+        sel, slot, v, overflow = top_select(h, radix_bits(x, BITS), mask, k, BITS)
+        tie = KEY_MIN
+        if overflow:
+            _, g = scores(x, t, rkey, gidx)
+            tie = tl.max(tl.where(mask & (h == v), key(g, gidx), KEY_MIN), 0)
         ll.put_few(peers, off, base, gx, tie, ep, 2, WORLD, THREADS)
-        ll.put(peers, off, base + 2 + slot, key(s, gidx), sel, ep, WORLD)
+        v64 = v.to(tl.int64)
+        ll.put_few(peers, off, base + 2, v64, v64, ep, 1, WORLD, THREADS)
+        ll.put(peers, off, base + 3 + slot, key(s, gidx), sel, ep, WORLD)
         j = tl.arange(0, KP)
         count = tl.sum(sel.to(tl.int32), 0)
-        ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
+        ll.put(peers, off, base + 3 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
 
 
 @triton.jit
@@ -123,7 +147,7 @@ def minp_local(
     smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
     s, g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)
     keep = mask & ((s - smax) >= tl.load(logmp_ptr + row))
-    best = tl.max(tl.where(keep, key(g, gidx), KEY_MIN), 0)
+    best = best_key(g, gidx, keep)
     ep, off = _target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + tl.program_id(1) * 2, gbest, best, ep, 2, WORLD, THREADS)
 
@@ -198,30 +222,34 @@ def _sample_row(
     box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, out_ptr, C, k,
     CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
-    F: tl.constexpr = 2 + KP if KP > 0 else 2
+    F: tl.constexpr = 3 + KP if KP > 0 else 2
     c = tl.arange(0, CAND)
     ok = c < C
     ep, rowbox, gx = _gathered(
         box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
     )
-    g = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
     gbest = tl.max(tl.where(ok, gx, KEY_MIN), 0)
     if KP == 0:
+        g = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
         sbest = tl.max(tl.where(ok, g, KEY_MIN), 0)
     else:
         j = tl.arange(0, KP)[None, :]
-        at = c[:, None] * F + 2 + j
-        cand = ll.wait(rowbox, at, ok[:, None], ep, timeout_us, status, THREADS, TRAP)
+        head = c[:, None] * F
+        cand = ll.wait(rowbox, head + 3 + j, ok[:, None], ep, timeout_us, status, THREADS, TRAP)
+        tie = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)[:, None]
+        floor = ll.wait(rowbox, c * F + 2, ok, ep, timeout_us, status, THREADS, TRAP)[:, None]
         valid = ok[:, None] & (cand != KEY_MIN)
         h = cand >> 32
-        floor = tl.min(tl.where(valid, h, 1 << 40), 1)  # each split's smallest value sent
-        cut = _kth(h, valid, k)
+        kk = tl.minimum(k, tl.sum(tl.sum(valid.to(tl.int32), 1), 0))
+        u = (h.to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
+        cut = kth_largest(u, valid, tl.maximum(kk, 1), 32)
+        cut = (cut ^ 0x80000000).to(tl.int32, bitcast=True).to(tl.int64)
         col = index(cand)
         rkey = row_key(tl.load(seed_ptr + row))
         sc = key(value(cand) - nlnl(rkey, col), col)
-        # Unsent elements of a split can only equal its smallest sent value; the split
-        # sent the best score among all of those (word 1), which stands for each of them.
-        sc = tl.where(h == floor[:, None], g[:, None], sc)
+        # A split that left out elements equal to its k-th value sent the best score
+        # among all of those (the tie word), which stands for each of them.
+        sc = tl.where((h == floor) & (tie != KEY_MIN), tie, sc)
         sbest = tl.max(tl.max(tl.where(valid & (h >= cut), sc, KEY_MIN), 1), 0)
     t = tl.load(t_ptr + row)
     tok = tl.where(_use_greedy(t, gbest), index(gbest), index(sbest))
@@ -230,23 +258,10 @@ def _sample_row(
 
 
 @triton.jit
-def _kth(h, valid, k):
-    """:func:`.keys.kth_value` over a 2-D block."""
-    lo = tl.min(tl.min(tl.where(valid, h, 1 << 40), 1), 0)
-    hi = tl.max(tl.max(tl.where(valid, h, -(1 << 40)), 1), 0)
-    while lo < hi:
-        mid = hi - (hi - lo) // 2
-        if tl.sum(tl.sum((valid & (h >= mid)).to(tl.int32), 1), 0) >= k:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-@triton.jit
 def logprobs_local(
     x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
-    BLOCK: tl.constexpr, NP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    BLOCK: tl.constexpr, NP: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr,
+    THREADS: tl.constexpr,
 ):  # fmt: skip
     """Head word: the token's logit (fp32 bits; NaN where this rank does not own it).
     Split words: (max, sum exp(x - max)) as fp32 bits (low, high), then the ``n``
@@ -269,7 +284,7 @@ def logprobs_local(
         bits = v.to(tl.int32, bitcast=True).to(tl.int64)
         ll.put_few(peers, off, own, bits, bits, ep, 1, WORLD, THREADS)
     if NP > 0:
-        sel, slot, _ = top_select(ordered(x), mask, n)
+        sel, slot, _, _ = top_select(ordered32(x), radix_bits(x, BITS), mask, n, BITS)
         ll.put(peers, off, base + 1 + slot, key(x, gidx), sel, ep, WORLD)
         j = tl.arange(0, NP)
         count = tl.sum(sel.to(tl.int32), 0)

@@ -7,15 +7,16 @@ order-preserving signed int (``-0.0`` as ``+0.0``, every NaN as one NaN above
 ``torch.argmax``'s rule, so maxima of keys compose across splits and ranks, and
 keys are unique within a row.
 
-Noise: :mod:`.rng`'s SplitMix64 in uint64 arithmetic, the temperature division
+Noise: :mod:`.rng`'s keyed 32-bit hash in uint32 arithmetic, the temperature division
 with ``div_rn`` and ``log`` from libdevice, so scores equal the torch ops'
 bits on the same GPU (tests/test_sampling_gpu.py checks this).
 
 Top-K: :func:`top_select` finds a block's ``K`` largest keys without sorting:
-a bisection on ``ord(v)`` for the K-th largest value (at most 32 block-wide
-counts), then the ties at that value in column order (a prefix sum), then each
-selected element's slot (another prefix sum). Sorting networks (``tl.topk``)
-cost far more at 4096 elements.
+a radix select for the K-th largest value (one 256-bin histogram per 8 bits:
+two rounds for bfloat16 inputs, four otherwise), then the ties at that value in
+column order (a prefix sum), then each selected element's slot (another prefix
+sum). Sorting networks (``tl.topk``) and bisections (32 block-wide counts) cost
+far more at 4096 elements.
 """
 
 from __future__ import annotations
@@ -29,21 +30,28 @@ MIX1: tl.constexpr = tl.constexpr(0xBF58476D1CE4E5B9)
 MIX2: tl.constexpr = tl.constexpr(0x94D049BB133111EB)
 KEY_MIN: tl.constexpr = tl.constexpr(-(1 << 63))
 LOW: tl.constexpr = tl.constexpr(0xFFFFFFFF)
+H1: tl.constexpr = tl.constexpr(0x7FEB352D)
+H2: tl.constexpr = tl.constexpr(0x846CA68B)
+
+
+@triton.jit
+def ordered32(v):
+    """fp32 -> an order-preserving int32 image."""
+    b = v.to(tl.int32, bitcast=True)
+    b = tl.where(v == 0.0, 0, b)
+    b = tl.where(v != v, 0x7FC00000, b)
+    return tl.where(b < 0, b ^ 0x7FFFFFFF, b)
 
 
 @triton.jit
 def ordered(v):
-    """fp32 -> int64 holding an order-preserving signed 32-bit image."""
-    b = v.to(tl.int32, bitcast=True)
-    b = tl.where(v == 0.0, 0, b)
-    b = tl.where(v != v, 0x7FC00000, b)
-    b = tl.where(b < 0, b ^ 0x7FFFFFFF, b)
-    return b.to(tl.int64)
+    """:func:`ordered32` widened to int64."""
+    return ordered32(v).to(tl.int64)
 
 
 @triton.jit
 def key(v, gidx):
-    return (ordered(v) << 32) | (LOW - gidx)
+    return (ordered(v) << 32) | (LOW - gidx.to(tl.int64))
 
 
 @triton.jit
@@ -58,6 +66,16 @@ def index(k):
 
 
 @triton.jit
+def best_key(v, gidx, valid):
+    """``max(key(v, gidx))`` (``gidx`` int32) over the valid elements (KEY_MIN if none), by an int32 max
+    and an index min: cheaper than building and reducing every 64-bit key."""
+    h = tl.where(valid, ordered32(v), -0x7FFFFFFF - 1)
+    top = tl.max(h, 0)
+    j = tl.min(tl.where(valid & (h == top), gidx, 0x7FFFFFFF), 0).to(tl.int64)
+    return tl.where(top == -0x7FFFFFFF - 1, KEY_MIN, (top.to(tl.int64) << 32) | (LOW - j))
+
+
+@triton.jit
 def row_key(seed):
     z = seed.to(tl.uint64, bitcast=True) * GAMMA
     z = (z ^ (z >> 30)) * MIX1
@@ -66,13 +84,20 @@ def row_key(seed):
 
 
 @triton.jit
+def _lowbias32(a):
+    a = (a ^ (a >> 16)) * tl.full((), H1, tl.uint32)
+    a = (a ^ (a >> 15)) * tl.full((), H2, tl.uint32)
+    return a ^ (a >> 16)
+
+
+@triton.jit
 def nlnl(rkey, gidx):
-    """``log(-log(u))`` for row key ``rkey`` (uint64) and global columns ``gidx`` (int64)."""
-    z = rkey + (gidx + 1).to(tl.uint64, bitcast=True) * GAMMA
-    z = (z ^ (z >> 30)) * MIX1
-    z = (z ^ (z >> 27)) * MIX2
-    h = (z >> 41).to(tl.int32)
-    u = (h.to(tl.float32) + 0.5) * 1.1920928955078125e-07
+    """``log(-log(u))`` for row key ``rkey`` (uint64) and global columns ``gidx`` (int64
+    or int32): :mod:`.rng`'s two keyed ``lowbias32`` rounds, in uint32 arithmetic."""
+    low = (rkey & LOW).to(tl.uint32)
+    high = (rkey >> 32).to(tl.uint32)
+    a = _lowbias32(_lowbias32(gidx.to(tl.uint32, bitcast=False) + low) ^ high)
+    u = ((a >> 9).to(tl.int32).to(tl.float32) + 0.5) * 1.1920928955078125e-07
     return libdevice.log(-libdevice.log(u))
 
 
@@ -85,28 +110,48 @@ def scores(x, t, rkey, gidx):
 
 
 @triton.jit
-def kth_value(h, valid, k):
-    """The largest ``v`` with ``count(valid & (h >= v)) >= k`` (``h`` int64, any shape);
-    the smallest valid ``h`` when fewer than ``k`` are valid."""
-    lo = tl.min(tl.where(valid, h, 1 << 40))
-    hi = tl.max(tl.where(valid, h, -(1 << 40)))
-    while lo < hi:
-        mid = hi - (hi - lo) // 2
-        if tl.sum((valid & (h >= mid)).to(tl.int32)) >= k:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+def radix_bits(x, BITS: tl.constexpr):
+    """Order-preserving unsigned keys (uint32) of ``x`` (fp32 holding the input's
+    values) in ``[0, 2**BITS)``: the top ``BITS`` bits of ``ordered32(x) + 2**31``.
+    ``BITS = 16`` is exact (equal keys iff equal values) only for bfloat16 inputs."""
+    u = ordered32(x).to(tl.uint32, bitcast=True) ^ 0x80000000
+    return u >> (32 - BITS)
 
 
 @triton.jit
-def top_select(h, valid, k):
-    """The ``k`` largest keys of a 1-D block whose values' ordered images are ``h`` and
-    whose columns grow with the position: ``(selected, slot)``, slots ``0..k-1`` in
-    column order (all valid elements when fewer than ``k``), and the K-th value."""
-    v = kth_value(h, valid, k)
+def kth_largest(u, valid, k, BITS: tl.constexpr):
+    """The ``k``-th largest (with multiplicity) of the valid ``u`` (uint32 in
+    ``[0, 2**BITS)``, any shape), ``1 <= k <= count(valid)``: a radix select, 8 bits per
+    round, one block-wide histogram each (``BITS // 8`` rounds)."""
+    prefix = tl.zeros((), tl.uint32)
+    rem = k
+    bins = tl.arange(0, 256)
+    for r in tl.static_range(BITS // 8):
+        shift = BITS - 8 * (r + 1)
+        if r == 0:
+            match = valid
+        else:
+            match = valid & ((u >> (shift + 8)) == prefix)
+        hist = tl.histogram(tl.ravel(((u >> shift) & 255).to(tl.int32)), 256, tl.ravel(match))
+        ge = tl.sum(hist, 0) - tl.cumsum(hist, 0) + hist  # count of digits >= each bin
+        digit = tl.sum((ge >= rem).to(tl.int32), 0) - 1
+        rem -= tl.sum(tl.where(bins == digit, ge - hist, 0), 0)
+        prefix = prefix * 256 + digit.to(tl.uint32)
+    return prefix
+
+
+@triton.jit
+def top_select(h, u, valid, k, BITS: tl.constexpr):
+    """The ``k`` largest keys of a 1-D block, ordered by ``h`` (:func:`ordered32` values),
+    ties by position (the column): returns ``(selected, slot, v, overflow)`` with slots
+    ``0..`` in column order (every valid element when fewer than ``k``), ``v`` the
+    K-th value, and ``overflow`` when elements equal to ``v`` were left out. ``u`` are
+    radix keys ordered like ``h`` whose equality implies ``h``'s (:func:`radix_bits`)."""
+    kk = tl.minimum(k, tl.sum(valid.to(tl.int32), 0))
+    uk = kth_largest(u, valid, tl.maximum(kk, 1), BITS)
+    v = tl.max(tl.where(valid & (u == uk), h, -0x7FFFFFFF - 1), 0)
     gt = valid & (h > v)
     eq = valid & (h == v)
-    need = k - tl.sum(gt.to(tl.int32))
+    need = kk - tl.sum(gt.to(tl.int32), 0)
     sel = gt | (eq & (tl.cumsum(eq.to(tl.int32), 0) <= need))
-    return sel, tl.cumsum(sel.to(tl.int32), 0) - 1, v
+    return sel, tl.cumsum(sel.to(tl.int32), 0) - 1, v, tl.sum(eq.to(tl.int32), 0) > need
