@@ -22,7 +22,7 @@ I64P, F32P = "*i64", "*fp32"
 TYPES = {
     "t_ptr": F32P, "seed_ptr": I64P, "logmp_ptr": F32P, "gbest_ptr": I64P, "ids_ptr": I64P,
     "out_ptr": I64P, "lp_ptr": F32P, "top_ids_ptr": I64P, "top_lp_ptr": F32P, "s_ptr": F32P,
-    "g_ptr": F32P, "peers": I64P, "epoch": "*i32", "box": I64P, "status": "i64",
+    "g_ptr": F32P, "low_ptr": "*i32", "peers": I64P, "epoch": "*i32", "box": I64P, "status": "i64",
     "pstride": "i64", "relems": "i32",
 }  # fmt: skip
 
@@ -40,15 +40,18 @@ def variants():
     for dt in ("bf16", "fp32"):
         x, bits = f"*{dt}", 16 if dt == "bf16" else 32
         yield "greedy_local", K.greedy_local, x, local, 8
-        for kp in (0, 2, 64):
-            yield f"sample_local KP={kp}", K.sample_local, x, dict(local, KP=kp, BITS=bits), 8
+        yield "sample_local", K.sample_local, x, local, 8
+        yield "topk_probe G=8", K.topk_probe, x, dict(local, G=8), 8
+        for kp in (2, 64):
+            yield f"topk_local KP={kp}", K.topk_local, x, dict(local, KP=kp, BITS=bits), 8
         yield "scores_kernel", K.scores_kernel, x, {"BLOCK": 4096}, 8
         yield "minp_local", K.minp_local, x, local, 8
         for np_ in (0, 32):
-            yield f"logprobs_local NP={np_}", K.logprobs_local, x, dict(local, NP=np_, BITS=bits), 8
+            yield f"logprobs_local NP={np_}", K.logprobs_local, x, dict(local, NP=np_), 8
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", K.greedy_final, None, final, 1
     yield "minp_reduce", K.minp_reduce, None, final, 1
+    yield "topk_reduce G=8", K.topk_reduce, None, dict(final, G=8, THREADS=128), 4
     yield "sample_final KP=0", K.sample_final, None, dict(final, KP=0), 1
     yield "sample_final KP=64", K.sample_final, None, dict(final, KP=64, THREADS=512), 16
     yield "logprobs_final NP=0", K.logprobs_final, None, dict(final, NP=0), 1

@@ -72,7 +72,7 @@ class FakeBox:
         assert int(self.status[0]) == 0, self.status
 
 
-def run(world: int, n: int, m: int, seed: int) -> int:
+def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
     gen = torch.Generator().manual_seed(seed)
     v = n * world
     full = torch.randn(m, v, generator=gen) * 3
@@ -81,7 +81,9 @@ def run(world: int, n: int, m: int, seed: int) -> int:
         full[1, [n - 1, n % v]] = 40.0
     if m > 2:
         full[2, 3] = float("nan")
-    full = full.to(torch.bfloat16)
+    if m > 4:  # few distinct values: top-k cuts inside long runs
+        full[4] = torch.randint(-4, 4, (v,), generator=gen).float() * 3
+    full = full.to(dtype)
     temp = torch.rand(m, generator=gen) * 2
     temp[0] = 0.7
     if m > 3:
@@ -172,8 +174,15 @@ def _call(f, op, arg, shard, temp, seeds, ids):
 
 def main() -> int:
     fails = 0
-    for world, n, m in ((1, 300, 5), (2, 150, 6), (3, 100, 4), (2, 5000, 3)):
-        fails += run(world, n, m, random.randrange(2**31))
+    for world, n, m, dtype in (
+        (1, 300, 5, torch.bfloat16),
+        (2, 150, 6, torch.bfloat16),
+        (3, 100, 4, torch.bfloat16),
+        (2, 5000, 3, torch.bfloat16),
+        (2, 5000, 6, torch.float32),
+        (2, 9000, 6, torch.float16),
+    ):
+        fails += run(world, n, m, random.randrange(2**31), dtype)
     print("FAILURES:", fails)
     return 1 if fails else 0
 

@@ -62,13 +62,10 @@ def _times(f, box, m: int, columns: int, device: torch.device) -> dict[str, floa
     seed = torch.arange(m, device=device)
     ids = torch.randint(0, columns, (m,), device=device)
     logmp = torch.full((m,), -3.0, device=device)
-    kp = f.room(50)
     locals_ = {
         "greedy": (f.k.greedy_local, (), f.words("greedy"), (), {}),
-        "sample": (f.k.sample_local, (t, seed), f.words("sample"), (0,), {"KP": 0}),
-        "sample_k50": (
-            f.k.sample_local, (t, seed), f.words("sample_k", kp), (50,), {"KP": kp},
-        ),
+        "sample": (f.k.sample_local, (t, seed), f.words("sample"), (), {}),
+        "topk_probe G=8": (f.k.topk_probe, (t,), f.words("probe", 8), (), {"G": 8}),
         "logprobs": (f.k.logprobs_local, (ids,), f.words("logprobs"), (0,), {"NP": 0}),
         "logprobs_n5": (
             f.k.logprobs_local, (ids,), f.words("logprobs", 8), (5,), {"NP": 8},

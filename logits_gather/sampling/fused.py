@@ -128,18 +128,21 @@ class Fused:
     def words(self, op: str, room: int = 0) -> int:
         """Words per rank and row of ``op``'s mailbox."""
         s = self.splits
-        return {"greedy": s, "sample": 2 * s, "sample_k": (3 + room) * s}.get(
+        return {"greedy": s, "sample": 2 * s, "probe": (1 + room) * s, "sample_k": (2 + room) * s}.get(
             op, 1 + s * (1 + room)
         )
 
-    def _local(self, fn, shard, head: tuple, mb, words: int, tail: tuple, consts: dict) -> None:
+    def _local(
+        self, fn, shard, head: tuple, mb, words: int, tail: tuple, consts: dict, warps: int = 0
+    ) -> None:
         x = shard if shard.stride(1) == 1 else shard.contiguous()
         args = (x, x.stride(0), *head, mb.peers, mb.epoch, mb.parity_stride, mb.row_elems)
         args += (self.rank * words, *tail, self.columns, self.col0)
-        consts = dict(consts, BLOCK=self.block, WORLD=self.world, THREADS=32 * self.warps)
-        if "KP" in consts or "NP" in consts:  # radix keys: x's bits (16 are exact for bf16)
+        warps = warps or self.warps
+        consts = dict(consts, BLOCK=self.block, WORLD=self.world, THREADS=32 * warps)
+        if "KP" in consts:  # radix keys: x's bits (16 are exact for bf16)
             consts["BITS"] = 16 if shard.dtype == torch.bfloat16 else 32
-        self.launch(fn, (shard.shape[0], self.splits), args, consts, self.warps)
+        self.launch(fn, (shard.shape[0], self.splits), args, consts, warps)
 
     def _final(self, fn, m: int, mb, tail: tuple, consts: dict, warps: int) -> None:
         mb.check()
@@ -166,14 +169,33 @@ class Fused:
     ) -> torch.Tensor:
         """``t`` fp32 ``[M]``, ``seed`` int64 ``[M]``; ``k`` None or 1..64 (fast top-k)."""
         m = shard.shape[0]
-        kp = 0 if k is None else self.room(k)
-        words = self.words("sample_k", kp) if kp else self.words("sample")
-        mb = self.box(words, m)
-        self._local(self.k.sample_local, shard, (t, seed), mb, words, (k or 0,), {"KP": kp})
-        out = torch.empty(m, dtype=torch.int64, device=shard.device)
+        dev = shard.device
         c = self.world * self.splits
+        out = torch.empty(m, dtype=torch.int64, device=dev)
+        if k is None:
+            words = self.words("sample")
+            mb = self.box(words, m)
+            self._local(self.k.sample_local, shard, (t, seed), mb, words, (), {})
+            tail = (t, seed, out, out, c, 0)
+            self._final(self.k.sample_final, m, mb, tail, {"CAND": self._cand(), "KP": 0}, 1)
+            return out
+        # Round 1: the largest s of G column groups per split (G * c >= k) bound the
+        # row's k-th from below; round 2: each split sends every element at or above it.
+        g = min(64, max(8, self.room(-(-k // c))))  # <= 64 <= block, and g * c >= k
+        words = self.words("probe", g)
+        mb = self.box(words, m)
+        warps = 8 if 2 * (1 + g) > 32 * self.warps else 0
+        self._local(self.k.topk_probe, shard, (t,), mb, words, (), {"G": g}, warps)
+        gbest = torch.empty(m, dtype=torch.int64, device=dev)
+        low = torch.empty(m, dtype=torch.int32, device=dev)
+        consts = {"CAND": self._cand(), "G": g}
+        self._final(self.k.topk_reduce, m, mb, (gbest, low, c, k), consts, 4)
+        kp = self.room(k)
+        words = self.words("sample_k", kp)
+        mb = self.box(words, m)
+        self._local(self.k.topk_local, shard, (t, seed, low), mb, words, (k,), {"KP": kp})
         consts = {"CAND": self._cand(), "KP": kp}
-        self._final(self.k.sample_final, m, mb, (t, seed, out, c, k or 0), consts, 16 if kp else 1)
+        self._final(self.k.sample_final, m, mb, (t, seed, gbest, out, c, k), consts, 16)
         return out
 
     def scores(
@@ -211,7 +233,7 @@ class Fused:
         self._local(self.k.minp_local, shard, (t, seed, log_min_p, gbest), mb, words, (), {})
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
         consts = {"CAND": self._cand(), "KP": 0}
-        self._final(self.k.sample_final, m, mb, (t, seed, out, c, 0), consts, 1)
+        self._final(self.k.sample_final, m, mb, (t, seed, out, out, c, 0), consts, 1)
         return out
 
     def logprobs(

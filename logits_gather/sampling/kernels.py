@@ -97,41 +97,72 @@ def greedy_local(
 
 @triton.jit
 def sample_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, k, N, col0,
-    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr,
-    THREADS: tl.constexpr,
+    x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
+    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    """``KP == 0``: [greedy key, best score key]. ``KP > 0``: [greedy key, tie word, the
-    k-th largest s of the split (ordered), then the k largest s keys in ``KP`` slots
-    (padded with KEY_MIN)]. The final kernel computes the candidates' scores; the tie
-    word is the best score key among the split's elements equal to its k-th s when
-    some of those were left out (KEY_MIN otherwise), the only case that needs the
-    noise of elements not sent."""
+    """Plain sampling: [greedy key, best score key]."""
+    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+    gx = best_key(x, gidx, mask)
+    s, g = scores(x, tl.load(t_ptr + row), row_key(tl.load(seed_ptr + row)), gidx)
+    best = best_key(g, gidx, mask)
+    ep, off = _target(epoch, pstride, relems, row)
+    ll.put_few(peers, off, own + tl.program_id(1) * 2, gx, best, ep, 2, WORLD, THREADS)
+
+
+@triton.jit
+def topk_probe(
+    x_ptr, x_stride, t_ptr, peers, epoch, pstride, relems, own, N, col0,
+    BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """Top-k, round 1: [greedy key, the largest s key of each of ``G`` column groups].
+    With ``G * splits >= k`` these are at least k distinct elements, so their k-th
+    largest is at most the row's k-th largest s: round 2's lower bound."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
     t = tl.load(t_ptr + row)
-    rkey = row_key(tl.load(seed_ptr + row))
-    gx = best_key(x, gidx, mask)
+    s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+    keys = tl.where(mask, key(s, gidx), KEY_MIN)
+    tops = tl.max(tl.reshape(keys, [G, BLOCK // G]), 1)
+    i = tl.arange(0, THREADS)
+    word = tl.gather(tops, tl.minimum(tl.maximum(i // 2 - 1, 0), G - 1), 0)
+    lanes = tl.where(i % 2 == 0, word, word >> 32)
+    lanes = ll.lane_word(lanes, 0, best_key(x, gidx, mask), THREADS)
     ep, off = _target(epoch, pstride, relems, row)
-    if KP == 0:
-        s, g = scores(x, t, rkey, gidx)
-        best = best_key(g, gidx, mask)
-        ll.put_few(peers, off, own + tl.program_id(1) * 2, gx, best, ep, 2, WORLD, THREADS)
-    else:
-        base = own + tl.program_id(1) * (3 + KP)
-        s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
-        h = ordered32(s)
-        sel, slot, v, overflow = top_select(h, radix_bits(x, BITS), mask, k, BITS)
-        tie = KEY_MIN
+    ll.put_lanes(peers, off, own + tl.program_id(1) * (1 + G), lanes, 1 + G, ep, WORLD, THREADS)
+
+
+@triton.jit
+def topk_local(
+    x_ptr, x_stride, t_ptr, seed_ptr, low_ptr, peers, epoch, pstride, relems, own, k, N,
+    col0, BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr,
+    THREADS: tl.constexpr,
+):  # fmt: skip
+    """Top-k, round 2: [tie word, floor, candidates (s keys) in ``KP`` slots]. The
+    candidates are every element with s at or above the row's bound from round 1 when
+    they fit, else the split's k largest, found by a radix select: then ``floor`` is
+    the k-th largest s (ordered) and the tie word the best score key among the
+    elements equal to it when some of those were left out (KEY_MIN otherwise)."""
+    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+    t = tl.load(t_ptr + row)
+    s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+    h = ordered32(s)
+    sel = mask & (h >= tl.load(low_ptr + row))
+    tie = tl.full((), KEY_MIN, tl.int64)
+    floor = tl.full((), KEY_MIN, tl.int64)
+    if tl.sum(sel.to(tl.int32), 0) > KP:  # rare: more candidates than slots
+        sel, _, v, overflow = top_select(h, radix_bits(x, BITS), mask, k, BITS)
+        floor = v.to(tl.int64)
         if overflow:
-            _, g = scores(x, t, rkey, gidx)
+            g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)[1]
             tie = tl.max(tl.where(mask & (h == v), key(g, gidx), KEY_MIN), 0)
-        ll.put_few(peers, off, base, gx, tie, ep, 2, WORLD, THREADS)
-        v64 = v.to(tl.int64)
-        ll.put_few(peers, off, base + 2, v64, v64, ep, 1, WORLD, THREADS)
-        ll.put(peers, off, base + 3 + slot, key(s, gidx), sel, ep, WORLD)
-        j = tl.arange(0, KP)
-        count = tl.sum(sel.to(tl.int32), 0)
-        ll.put(peers, off, base + 3 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
+    slot = tl.cumsum(sel.to(tl.int32), 0) - 1
+    sel = sel & (slot < KP)  # never write past the split's slots
+    ep, off = _target(epoch, pstride, relems, row)
+    base = own + tl.program_id(1) * (2 + KP)
+    ll.put_few(peers, off, base, tie, floor, ep, 2, WORLD, THREADS)
+    ll.put(peers, off, base + 2 + slot, key(s, gidx), sel, ep, WORLD)
+    j = tl.arange(0, KP)
+    count = tl.sum(sel.to(tl.int32), 0)
+    ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
 
 
 @triton.jit
@@ -199,6 +230,32 @@ def minp_reduce(
 
 
 @triton.jit
+def topk_reduce(
+    box, epoch, pstride, relems, status, timeout_us, M, gbest_ptr, low_ptr, C, k,
+    CAND: tl.constexpr, G: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """Top-k, between the rounds: the row's greedy key and the bound (ordered s)."""
+    c = tl.arange(0, CAND)
+    ok = c < C
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:
+        ep, rowbox, gx = _gathered(
+            box, epoch, pstride, relems, status, timeout_us, row, c * (1 + G), ok, THREADS, TRAP
+        )
+        e = tl.arange(0, CAND * G)  # sent key e: split e // G, group e % G
+        at = (e // G) * (1 + G) + 1 + e % G
+        sent = ll.wait(rowbox, at, (e // G) < C, ep, timeout_us, status, THREADS, TRAP)
+        valid = ((e // G) < C) & (sent != KEY_MIN)
+        u = ((sent >> 32).to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
+        kk = tl.minimum(k, tl.sum(valid.to(tl.int32), 0))
+        bound = kth_largest(u, valid, tl.maximum(kk, 1), 32) ^ 0x80000000
+        tl.store(gbest_ptr + row, tl.max(tl.where(ok, gx, KEY_MIN), 0))
+        tl.store(low_ptr + row, bound.to(tl.int32, bitcast=True))
+        tl.store(epoch + row, ep)
+        row += tl.num_programs(0)
+
+
+@triton.jit
 def _use_greedy(t, gbest):
     smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
     return (t == 0.0) | (smax != smax) | (tl.abs(smax) == float("inf"))
@@ -206,41 +263,45 @@ def _use_greedy(t, gbest):
 
 @triton.jit
 def sample_final(
-    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, out_ptr, C, k,
-    CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, gbest_ptr, out_ptr,
+    C, k, CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
-    """``C`` splits (all ranks) in the sample or sample-top-k format."""
+    """``C`` splits (all ranks) in the sample format, or top-k round 2's (``KP > 0``; the
+    greedy keys then come from :func:`topk_reduce` in ``gbest_ptr``)."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         _sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                    out_ptr, C, k, CAND, KP, THREADS, TRAP)  # fmt: skip
+                    gbest_ptr, out_ptr, C, k, CAND, KP, THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
 
 
 @triton.jit
 def _sample_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, out_ptr, C, k,
-    CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, gbest_ptr,
+    out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
 ):  # fmt: skip
-    F: tl.constexpr = 3 + KP if KP > 0 else 2
+    F: tl.constexpr = 2 + KP if KP > 0 else 2
     c = tl.arange(0, CAND)
     ok = c < C
-    ep, rowbox, gx = _gathered(
+    ep, rowbox, w0 = _gathered(
         box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
     )
-    gbest = tl.max(tl.where(ok, gx, KEY_MIN), 0)
+    w1 = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
     if KP == 0:
-        g = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
-        sbest = tl.max(tl.where(ok, g, KEY_MIN), 0)
+        gbest = tl.max(tl.where(ok, w0, KEY_MIN), 0)
+        sbest = tl.max(tl.where(ok, w1, KEY_MIN), 0)
     else:
-        j = tl.arange(0, KP)[None, :]
-        head = c[:, None] * F
-        cand = ll.wait(rowbox, head + 3 + j, ok[:, None], ep, timeout_us, status, THREADS, TRAP)
-        tie = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)[:, None]
-        floor = ll.wait(rowbox, c * F + 2, ok, ep, timeout_us, status, THREADS, TRAP)[:, None]
-        valid = ok[:, None] & (cand != KEY_MIN)
+        gbest = tl.load(gbest_ptr + row)
+        e = tl.arange(0, CAND * KP)  # candidate e: split e // KP, slot e % KP (1-D throughout)
+        on = (e // KP) < C
+        head = (e // KP) * F
+        cand = ll.wait(rowbox, head + 2 + e % KP, on, ep, timeout_us, status, THREADS, TRAP)
+        tie = ll.wait(rowbox, head, on, ep, timeout_us, status, THREADS, TRAP)
+        floor = ll.wait(rowbox, head + 1, on, ep, timeout_us, status, THREADS, TRAP)
+        valid = on & (cand != KEY_MIN)
         h = cand >> 32
-        kk = tl.minimum(k, tl.sum(tl.sum(valid.to(tl.int32), 1), 0))
+        kk = tl.minimum(k, tl.sum(valid.to(tl.int32), 0))
         u = (h.to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
         cut = kth_largest(u, valid, tl.maximum(kk, 1), 32)
         cut = (cut ^ 0x80000000).to(tl.int32, bitcast=True).to(tl.int64)
@@ -250,7 +311,7 @@ def _sample_row(
         # A split that left out elements equal to its k-th value sent the best score
         # among all of those (the tie word), which stands for each of them.
         sc = tl.where((h == floor) & (tie != KEY_MIN), tie, sc)
-        sbest = tl.max(tl.max(tl.where(valid & (h >= cut), sc, KEY_MIN), 1), 0)
+        sbest = tl.max(tl.where(valid & (h >= cut), sc, KEY_MIN), 0)
     t = tl.load(t_ptr + row)
     tok = tl.where(_use_greedy(t, gbest), index(gbest), index(sbest))
     tl.store(out_ptr + row, tok)
@@ -260,8 +321,7 @@ def _sample_row(
 @triton.jit
 def logprobs_local(
     x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
-    BLOCK: tl.constexpr, NP: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr,
-    THREADS: tl.constexpr,
+    BLOCK: tl.constexpr, NP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """Head word: the token's logit (fp32 bits; NaN where this rank does not own it).
     Split words: (max, sum exp(x - max)) as fp32 bits (low, high), then the ``n``
@@ -283,12 +343,16 @@ def logprobs_local(
         v = tl.load(x_ptr + row * x_stride + local, mask=mine, other=float("nan")).to(tl.float32)
         bits = v.to(tl.int32, bitcast=True).to(tl.int64)
         ll.put_few(peers, off, own, bits, bits, ep, 1, WORLD, THREADS)
-    if NP > 0:
-        sel, slot, _, _ = top_select(ordered32(x), radix_bits(x, BITS), mask, n, BITS)
-        ll.put(peers, off, base + 1 + slot, key(x, gidx), sel, ep, WORLD)
-        j = tl.arange(0, NP)
-        count = tl.sum(sel.to(tl.int32), 0)
-        ll.put(peers, off, base + 1 + j, tl.full([NP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
+    if NP > 0:  # the n largest keys, one block-wide max of the 64-bit keys at a time
+        lanes = ll.lanes_init(THREADS)
+        keys = tl.where(mask, key(x, gidx), KEY_MIN)
+        q = 0
+        while q < n:
+            best = tl.max(keys, 0)
+            lanes = ll.lane_word(lanes, q, best, THREADS)
+            keys = tl.where(keys == best, KEY_MIN, keys)
+            q += 1
+        ll.put_lanes(peers, off, base + 1, lanes, NP, ep, WORLD, THREADS)
 
 
 @triton.jit

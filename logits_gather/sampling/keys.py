@@ -121,7 +121,7 @@ def radix_bits(x, BITS: tl.constexpr):
 @triton.jit
 def kth_largest(u, valid, k, BITS: tl.constexpr):
     """The ``k``-th largest (with multiplicity) of the valid ``u`` (uint32 in
-    ``[0, 2**BITS)``, any shape), ``1 <= k <= count(valid)``: a radix select, 8 bits per
+    ``[0, 2**BITS)``, 1-D), ``1 <= k <= count(valid)``: a radix select, 8 bits per
     round, one block-wide histogram each (``BITS // 8`` rounds)."""
     prefix = tl.zeros((), tl.uint32)
     rem = k
@@ -132,7 +132,7 @@ def kth_largest(u, valid, k, BITS: tl.constexpr):
             match = valid
         else:
             match = valid & ((u >> (shift + 8)) == prefix)
-        hist = tl.histogram(tl.ravel(((u >> shift) & 255).to(tl.int32)), 256, tl.ravel(match))
+        hist = tl.histogram(((u >> shift) & 255).to(tl.int32), 256, match)
         ge = tl.sum(hist, 0) - tl.cumsum(hist, 0) + hist  # count of digits >= each bin
         digit = tl.sum((ge >= rem).to(tl.int32), 0) - 1
         rem -= tl.sum(tl.where(bins == digit, ge - hist, 0), 0)

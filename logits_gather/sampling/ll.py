@@ -100,6 +100,32 @@ def put_few(
 
 
 @triton.jit
+def lanes_init(THREADS: tl.constexpr):
+    """Per-thread lanes of a small word list (thread ``2q`` and ``2q + 1`` hold the low and
+    high half of word ``q``), every word KEY_MIN; fill with :func:`lane_word`."""
+    i = tl.arange(0, THREADS)
+    return tl.where(i % 2 == 0, 0, -(1 << 31)).to(tl.int64)
+
+
+@triton.jit
+def lane_word(lanes, q, w, THREADS: tl.constexpr):
+    """``lanes`` with word ``q`` set to the scalar ``w``."""
+    i = tl.arange(0, THREADS)
+    return tl.where(i // 2 == q, tl.where(i % 2 == 0, w, w >> 32), lanes)
+
+
+@triton.jit
+def put_lanes(peers, rowoff, off, lanes, nwords, ep, WORLD: tl.constexpr, THREADS: tl.constexpr):
+    """Stores words ``0 .. nwords - 1`` of ``lanes`` at word offset ``off`` on every rank,
+    one thread per element."""
+    i = tl.arange(0, THREADS)
+    value = _element(lanes, ep)
+    for p in tl.static_range(WORLD):
+        base = tl.load(peers + p).to(tl.pointer_type(tl.int64)) + rowoff
+        _st(base + 2 * off + i, value, i < 2 * nwords)
+
+
+@triton.jit
 def _ready(lo, hi, mask, ep):
     e = ep.to(tl.int64)
     ok = ((lo >> 32) == e) & ((hi >> 32) == e)
