@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # GPU run for the sampling work (2 GPUs, one process per GPU where a test allows).
 # Usage: bash scripts/sampling-gpu.sh OUT_DIR [STEP ...]
-# Steps (default: all, in this order): times, tests, timeout, graphs, eager, spread.
+# Steps (default: all, in this order): select, times, tests, timeout, graphs, eager, spread.
 set -u
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 out=${1:?usage: sampling-gpu.sh OUT_DIR [STEP ...]}
 shift
-steps=${*:-times tests timeout graphs eager spread}
+steps=${*:-select times tests timeout graphs eager spread}
 mkdir -p "$out"
 t="tests/test_sampling_gpu.py"
 step() {
@@ -30,7 +30,8 @@ for s in $steps; do
       --world-size 2 --graphs --reps 5 --out "$out/graphs" ;;
     eager) step eager 300 python3 -m logits_gather.bench.sampling --device cuda \
       --world-size 2 --reps 5 --out "$out/eager" ;;
-    spread) step spread 560 bash scripts/gpu-tests.sh -x -k "spread" "$t" ;;
+    spread) step spread 560 bash scripts/gpu-tests.sh -x -k "spread or one-gpu" "$t" ;;
+    select) step select 200 python3 -m pytest -m gpu -q tests/test_sampling_select_gpu.py ;;
     *) echo "unknown step $s" ;;
   esac
 done
