@@ -13,6 +13,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 
+from logits_gather.sampling import finals as F
 from logits_gather.sampling import kernels as K
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -49,13 +50,13 @@ def variants():
         for np_ in (0, 32):
             yield f"logprobs_local NP={np_}", K.logprobs_local, x, dict(local, NP=np_), 8
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
-    yield "greedy_final", K.greedy_final, None, final, 1
-    yield "minp_reduce", K.minp_reduce, None, final, 1
-    yield "topk_reduce G=8", K.topk_reduce, None, dict(final, G=8, THREADS=128), 4
-    yield "sample_final KP=0", K.sample_final, None, dict(final, KP=0), 1
-    yield "sample_final KP=64", K.sample_final, None, dict(final, KP=64, THREADS=512), 16
-    yield "logprobs_final NP=0", K.logprobs_final, None, dict(final, NP=0), 1
-    yield "logprobs_final NP=32", K.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
+    yield "greedy_final", F.greedy_final, None, final, 1
+    yield "minp_reduce", F.minp_reduce, None, final, 1
+    yield "topk_reduce G=8", F.topk_reduce, None, dict(final, G=8, THREADS=128), 4
+    yield "sample_final KP=0", F.sample_final, None, dict(final, KP=0), 1
+    yield "sample_final KP=64", F.sample_final, None, dict(final, KP=64, THREADS=512), 16
+    yield "logprobs_final NP=0", F.logprobs_final, None, dict(final, NP=0), 1
+    yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
     yield "noise_kernel", K.noise_kernel, F32P, {"BLOCK": 1024}, 4
 
 

@@ -22,6 +22,10 @@ import torch
 
 from . import ops, rng, select
 
+MAX_CANDIDATES = 64
+"""``top_k`` up to this is exchanged as candidates (one round on the fused path, one exchange
+on the torch-ops path); larger ``top_k`` uses a radix select."""
+
 _SMAX = 1  # payload column (fp32) of the local max of s in the greedy exchange
 
 
@@ -80,4 +84,36 @@ def sample(
     return torch.where(use_greedy, greedy, sampled)
 
 
-__all__ = ["sample"]
+def sample_plain(
+    sampler, shard: torch.Tensor, t: torch.Tensor, keys: torch.Tensor, k: int | None
+) -> torch.Tensor:
+    """Plain sampling and an int ``top_k`` from torch ops (the path without the fused
+    kernels): one exchange, or five for ``top_k > 64``."""
+    m = shard.shape[0]
+    te = torch.where(t > 0, t, 1.0)
+    s = shard.to(torch.float32).div(te)
+    scores = s.sub(rng.neg_log_neg_log_uniform(keys, sampler._counters))
+    if k is not None and k <= MAX_CANDIDATES:
+        room = ops.slots(k, MAX_CANDIDATES)
+        ex = sampler._exchange(ops.candidates_width(room), m)
+        ops.pack_greedy(shard, ex.payload[:m])
+        ops.pack_candidates(s, scores, k, room, ex.payload[:m])
+        g = ex.send(m)
+        sampled = ops.combine_candidates(g, k, room, sampler._offsets)
+    else:
+        if k is not None:
+            hist = sampler._exchange(select.WIDTH, m)
+            kth = select.kth_largest(s, k, lambda p: hist.send(m), hist.payload[:m])
+            scores.masked_fill_(~(s >= kth), ops.NEG_INF)
+        ex = sampler._exchange(ops.BEST_WIDTH, m)
+        ops.pack_greedy(shard, ex.payload[:m])
+        ops.pack_best(scores, ex.payload[:m])
+        g = ex.send(m)
+        sampled = ops.combine_best(g, sampler.columns)
+    greedy, maxima = ops.combine_greedy(g, shard.dtype, sampler.columns)
+    smax = maxima.to(torch.float32).div(te).amax(1)
+    use_greedy = ~torch.isfinite(smax) | (t[:, 0] == 0)
+    return torch.where(use_greedy, greedy, sampled)
+
+
+__all__ = ["sample", "sample_plain"]

@@ -107,9 +107,9 @@ class Fused:
         trap: bool,
         wait_ctas: int | None = None,
     ) -> None:
-        from . import kernels
+        from . import finals, kernels
 
-        self.k = kernels
+        self.k, self.f = kernels, finals
         self.columns, self.world, self.rank = columns, world, rank
         self.col0 = rank * columns
         self.block = max(min(BLOCK, _pow2(columns)), 64)
@@ -128,9 +128,12 @@ class Fused:
     def words(self, op: str, room: int = 0) -> int:
         """Words per rank and row of ``op``'s mailbox."""
         s = self.splits
-        return {"greedy": s, "sample": 2 * s, "probe": (1 + room) * s, "sample_k": (2 + room) * s}.get(
-            op, 1 + s * (1 + room)
-        )
+        return {
+            "greedy": s,
+            "sample": 2 * s,
+            "probe": (1 + room) * s,
+            "sample_k": (2 + room) * s,
+        }.get(op, 1 + s * (1 + room))
 
     def _local(
         self, fn, shard, head: tuple, mb, words: int, tail: tuple, consts: dict, warps: int = 0
@@ -161,7 +164,7 @@ class Fused:
         self._local(self.k.greedy_local, shard, (), mb, words, (), {})
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
         c = self.world * self.splits
-        self._final(self.k.greedy_final, m, mb, (out, c), {"CAND": self._cand()}, 1)
+        self._final(self.f.greedy_final, m, mb, (out, c), {"CAND": self._cand()}, 1)
         return out
 
     def sample(
@@ -177,7 +180,7 @@ class Fused:
             mb = self.box(words, m)
             self._local(self.k.sample_local, shard, (t, seed), mb, words, (), {})
             tail = (t, seed, out, out, c, 0)
-            self._final(self.k.sample_final, m, mb, tail, {"CAND": self._cand(), "KP": 0}, 1)
+            self._final(self.f.sample_final, m, mb, tail, {"CAND": self._cand(), "KP": 0}, 1)
             return out
         # Round 1: the largest s of G column groups per split (G * c >= k) bound the
         # row's k-th from below; round 2: each split sends every element at or above it.
@@ -189,13 +192,13 @@ class Fused:
         gbest = torch.empty(m, dtype=torch.int64, device=dev)
         low = torch.empty(m, dtype=torch.int32, device=dev)
         consts = {"CAND": self._cand(), "G": g}
-        self._final(self.k.topk_reduce, m, mb, (gbest, low, c, k), consts, 4)
+        self._final(self.f.topk_reduce, m, mb, (gbest, low, c, k), consts, 4)
         kp = self.room(k)
         words = self.words("sample_k", kp)
         mb = self.box(words, m)
         self._local(self.k.topk_local, shard, (t, seed, low), mb, words, (k,), {"KP": kp})
         consts = {"CAND": self._cand(), "KP": kp}
-        self._final(self.k.sample_final, m, mb, (t, seed, gbest, out, c, k), consts, 16)
+        self._final(self.f.sample_final, m, mb, (t, seed, gbest, out, c, k), consts, 16)
         return out
 
     def scores(
@@ -227,13 +230,13 @@ class Fused:
         self._local(self.k.greedy_local, shard, (), gmb, gw, (), {})
         gbest = torch.empty(m, dtype=torch.int64, device=shard.device)
         c = self.world * self.splits
-        self._final(self.k.minp_reduce, m, gmb, (gbest, c), {"CAND": self._cand()}, 1)
+        self._final(self.f.minp_reduce, m, gmb, (gbest, c), {"CAND": self._cand()}, 1)
         words = self.words("sample")
         mb = self.box(words, m)
         self._local(self.k.minp_local, shard, (t, seed, log_min_p, gbest), mb, words, (), {})
         out = torch.empty(m, dtype=torch.int64, device=shard.device)
         consts = {"CAND": self._cand(), "KP": 0}
-        self._final(self.k.sample_final, m, mb, (t, seed, out, out, c, 0), consts, 1)
+        self._final(self.f.sample_final, m, mb, (t, seed, out, out, c, 0), consts, 1)
         return out
 
     def logprobs(
@@ -251,7 +254,7 @@ class Fused:
         tail = (ids, lp, top_ids, top_lp, self.splits, self.world * self.splits, self.columns)
         tail += (self.world, n)
         consts = {"CAND": self._cand(), "NP": npad}
-        self._final(self.k.logprobs_final, m, mb, tail, consts, 4 if npad else 1)
+        self._final(self.f.logprobs_final, m, mb, tail, consts, 4 if npad else 1)
         return lp, top_ids, top_lp
 
 

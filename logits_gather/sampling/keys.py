@@ -67,8 +67,8 @@ def index(k):
 
 @triton.jit
 def best_key(v, gidx, valid):
-    """``max(key(v, gidx))`` (``gidx`` int32) over the valid elements (KEY_MIN if none), by an int32 max
-    and an index min: cheaper than building and reducing every 64-bit key."""
+    """``max(key(v, gidx))`` (``gidx`` int32) over the valid elements (KEY_MIN if none),
+    by an int32 max and an index min: cheaper than building and reducing 64-bit keys."""
     h = tl.where(valid, ordered32(v), -0x7FFFFFFF - 1)
     top = tl.max(h, 0)
     j = tl.min(tl.where(valid & (h == top), gidx, 0x7FFFFFFF), 0).to(tl.int64)

@@ -131,4 +131,48 @@ class Mailbox:
             )
 
 
-__all__ = ["Mailbox", "fast_path_problem"]
+class Mailboxes:
+    """A sampler's mailboxes, one per row width; each built collectively on first use, and
+    rebuilt with twice the rows when a call needs more (the old one stays alive: a peer
+    may still be writing into it)."""
+
+    def __init__(
+        self, group: dist.ProcessGroup | None, device: torch.device, timeout_s: float, trap: bool
+    ) -> None:
+        self.group, self.device, self.timeout_s, self.trap = group, device, timeout_s, trap
+        self.world = dist.get_world_size(group)
+        self._boxes: dict[int, Mailbox] = {}
+        self._retired: list[Mailbox] = []
+
+    def get(self, words: int, rows: int, capacity: int) -> Mailbox:
+        """The mailbox for ``words`` words per rank and row, with room for ``rows``."""
+        mb = self._boxes.get(words)
+        if mb is not None and mb.capacity >= rows:
+            return mb
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                f"logits_gather.sampling: no mailbox of {words} words for {rows} rows; it "
+                "is built collectively on first use, which cannot happen inside CUDA graph "
+                "capture: run the same operation (same top_k/top_n, M >= this M) once before "
+                "capture"
+            )
+        capacity = max(rows, capacity, 2 * mb.capacity if mb is not None else 0)
+        new = Mailbox(
+            words * self.world,
+            capacity,
+            self.group,
+            self.device,
+            timeout_s=self.timeout_s,
+            trap=self.trap,
+        )
+        if mb is not None:
+            self._retired.append(mb)
+        self._boxes[words] = new
+        return new
+
+    def check(self) -> None:
+        for mb in [*self._boxes.values(), *self._retired]:
+            mb.check()
+
+
+__all__ = ["Mailbox", "Mailboxes", "fast_path_problem"]

@@ -10,13 +10,11 @@ import torch.distributed as dist
 
 from ..checks import resolve_device as _resolve_device
 from ..checks import resolve_options
-from . import checks, exchange, filters, mailbox, ops, rng, select
+from . import checks, exchange, filters, mailbox, ops, rng
 from . import fused as fused_mod
+from .filters import MAX_CANDIDATES
 
 log = logging.getLogger(__name__)
-
-MAX_CANDIDATES = 64
-"""``top_k`` up to this sends candidates (one exchange); larger ``top_k`` uses radix select."""
 
 
 class Logprobs(NamedTuple):
@@ -91,8 +89,7 @@ class VocabParallelSampler:
         self._low = torch.arange(start, start + columns, dtype=torch.int64, device=device)
         self._low.neg_().add_((1 << 32) - 1)
         self._exchanges: dict[int, exchange.Exchange] = {}
-        self._boxes: dict[int, mailbox.Mailbox] = {}
-        self._retired: list[mailbox.Mailbox] = []
+        self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
         self.timeout_s, self.on_timeout = timeout_s, on_timeout
         self._fused = None
         if fused and backend != "torch.distributed":
@@ -123,37 +120,12 @@ class VocabParallelSampler:
         return self._exchange(ops.GREEDY_WIDTH, 1).backend
 
     def _box(self, words: int, rows: int) -> mailbox.Mailbox:
-        """The fused kernels' mailbox for ``words`` words per rank and row; built
-        collectively (first use, or more rows than it holds: capacity doubles)."""
-        mb = self._boxes.get(words)
-        if mb is not None and mb.capacity >= rows:
-            return mb
-        if exchange._capturing(self.device):
-            raise RuntimeError(
-                f"logits_gather.sampling: no mailbox of {words} words for {rows} rows; it "
-                "is built collectively on first use, which cannot happen inside CUDA graph "
-                "capture: run the same operation (same top_k/top_n, M >= this M) once before "
-                "capture"
-            )
-        capacity = max(rows, self.capacity, 2 * mb.capacity if mb is not None else 0)
-        new = mailbox.Mailbox(
-            words * self.world_size,
-            capacity,
-            self.group,
-            self.device,
-            timeout_s=self.timeout_s,
-            trap=self.on_timeout == "trap",
-        )
-        if mb is not None:  # a peer may still read what this rank wrote into the old one
-            self._retired.append(mb)
-        self._boxes[words] = new
-        return new
+        return self._boxes.get(words, rows, self.capacity)
 
     def check(self) -> None:
         """Raises :class:`~logits_gather.PeerTimeoutError` if a fused kernel timed out
         waiting for a peer (with ``on_timeout="trap"`` the kernel also aborted)."""
-        for mb in [*self._boxes.values(), *self._retired]:
-            mb.check()
+        self._boxes.check()
 
     def _exchange(self, width: int, rows: int) -> exchange.Exchange:
         ex = self._exchanges.get(width)
@@ -238,7 +210,7 @@ class VocabParallelSampler:
             if self._fused is not None and (k is None or k <= MAX_CANDIDATES):
                 return self._fused.sample(shard, t.view(m), seeds, k)
             if self._fused is None:
-                return self._sample_ops(shard, t, rng.row_keys(seeds), k)
+                return filters.sample_plain(self, shard, t, rng.row_keys(seeds), k)
         dev = self.device
         if self._fused is not None and p is None and k is None:  # min-p alone: fused
             if isinstance(mp, float):
@@ -251,36 +223,6 @@ class VocabParallelSampler:
         if isinstance(mp, float):
             mp = torch.full((m, 1), mp, dtype=torch.float32, device=dev)
         return filters.sample(self, shard, t, seeds, k, p, mp)
-
-    def _sample_ops(
-        self, shard: torch.Tensor, t: torch.Tensor, keys: torch.Tensor, k: int | None
-    ) -> torch.Tensor:
-        """The torch-ops path (CPU): one exchange, or five for ``top_k > 64``."""
-        m = shard.shape[0]
-        te = torch.where(t > 0, t, 1.0)
-        s = shard.to(torch.float32).div(te)
-        scores = s.sub(rng.neg_log_neg_log_uniform(keys, self._counters))
-        if k is not None and k <= MAX_CANDIDATES:
-            room = ops.slots(k, MAX_CANDIDATES)
-            ex = self._exchange(ops.candidates_width(room), m)
-            ops.pack_greedy(shard, ex.payload[:m])
-            ops.pack_candidates(s, scores, k, room, ex.payload[:m])
-            g = ex.send(m)
-            sampled = ops.combine_candidates(g, k, room, self._offsets)
-        else:
-            if k is not None:
-                hist = self._exchange(select.WIDTH, m)
-                kth = select.kth_largest(s, k, lambda p: hist.send(m), hist.payload[:m])
-                scores.masked_fill_(~(s >= kth), ops.NEG_INF)
-            ex = self._exchange(ops.BEST_WIDTH, m)
-            ops.pack_greedy(shard, ex.payload[:m])
-            ops.pack_best(scores, ex.payload[:m])
-            g = ex.send(m)
-            sampled = ops.combine_best(g, self.columns)
-        greedy, maxima = ops.combine_greedy(g, shard.dtype, self.columns)
-        smax = maxima.to(torch.float32).div(te).amax(1)
-        use_greedy = ~torch.isfinite(smax) | (t[:, 0] == 0)
-        return torch.where(use_greedy, greedy, sampled)
 
     # -- logprobs -------------------------------------------------------------------------
     def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor, top_n: int = 0) -> Logprobs:

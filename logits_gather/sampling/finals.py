@@ -1,0 +1,206 @@
+"""Triton kernels that wait: the final kernel of every fused operation (and the reduce
+between two rounds), one CTA per row (a bounded grid loops over rows).
+
+Each waits in :func:`.ll.wait` until all ``W * S`` splits of its row carry the
+row's next epoch, reduces them, writes the answer and stores the epoch. Word
+layouts are in :mod:`.kernels`.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from . import ll
+from .kernels import _target
+from .keys import KEY_MIN, index, key, kth_largest, nlnl, row_key, value
+
+
+@triton.jit
+def _gathered(
+    box, epoch, pstride, relems, status, timeout_us, row, idx, mask,
+    THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """(epoch, row pointer, words): ``row`` of the mailbox once every word in ``idx`` is
+    in. Final kernels loop over rows (``M`` rows, grid ``<= M``): a bounded grid keeps
+    ranks that share a GPU from filling it with waiting CTAs (see :mod:`.fused`)."""
+    ep, off = _target(epoch, pstride, relems, row)
+    words = ll.wait(box + off, idx, mask, ep, timeout_us, status, THREADS, TRAP)
+    return ep, box + off, words
+
+
+@triton.jit
+def greedy_final(
+    box, epoch, pstride, relems, status, timeout_us, M, out_ptr, C,
+    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    i = tl.arange(0, CAND)
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        ep, _, g = _gathered(
+            box, epoch, pstride, relems, status, timeout_us, row, i, i < C, THREADS, TRAP
+        )
+        tl.store(out_ptr + row, index(tl.max(tl.where(i < C, g, KEY_MIN), 0)))
+        tl.store(epoch + row, ep)
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def minp_reduce(
+    box, epoch, pstride, relems, status, timeout_us, M, gbest_ptr, C,
+    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """min-p's first round: the row's greedy key, for :func:`minp_local`."""
+    i = tl.arange(0, CAND)
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        ep, _, g = _gathered(
+            box, epoch, pstride, relems, status, timeout_us, row, i, i < C, THREADS, TRAP
+        )
+        tl.store(gbest_ptr + row, tl.max(tl.where(i < C, g, KEY_MIN), 0))
+        tl.store(epoch + row, ep)
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def topk_reduce(
+    box, epoch, pstride, relems, status, timeout_us, M, gbest_ptr, low_ptr, C, k,
+    CAND: tl.constexpr, G: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """Top-k, between the rounds: the row's greedy key and the bound (ordered s)."""
+    c = tl.arange(0, CAND)
+    ok = c < C
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:
+        ep, rowbox, gx = _gathered(
+            box, epoch, pstride, relems, status, timeout_us, row, c * (1 + G), ok, THREADS, TRAP
+        )
+        e = tl.arange(0, CAND * G)  # sent key e: split e // G, group e % G
+        at = (e // G) * (1 + G) + 1 + e % G
+        sent = ll.wait(rowbox, at, (e // G) < C, ep, timeout_us, status, THREADS, TRAP)
+        valid = ((e // G) < C) & (sent != KEY_MIN)
+        u = ((sent >> 32).to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
+        kk = tl.minimum(k, tl.sum(valid.to(tl.int32), 0))
+        bound = kth_largest(u, valid, tl.maximum(kk, 1), 32) ^ 0x80000000
+        tl.store(gbest_ptr + row, tl.max(tl.where(ok, gx, KEY_MIN), 0))
+        tl.store(low_ptr + row, bound.to(tl.int32, bitcast=True))
+        tl.store(epoch + row, ep)
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def _use_greedy(t, gbest):
+    smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
+    return (t == 0.0) | (smax != smax) | (tl.abs(smax) == float("inf"))
+
+
+@triton.jit
+def sample_final(
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, gbest_ptr, out_ptr,
+    C, k, CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """``C`` splits (all ranks) in the sample format, or top-k round 2's (``KP > 0``; the
+    greedy keys then come from :func:`topk_reduce` in ``gbest_ptr``)."""
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        _sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+                    gbest_ptr, out_ptr, C, k, CAND, KP, THREADS, TRAP)  # fmt: skip
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def _sample_row(
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, gbest_ptr,
+    out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
+):  # fmt: skip
+    F: tl.constexpr = 2 + KP if KP > 0 else 2
+    c = tl.arange(0, CAND)
+    ok = c < C
+    ep, rowbox, w0 = _gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
+    )
+    w1 = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
+    if KP == 0:
+        gbest = tl.max(tl.where(ok, w0, KEY_MIN), 0)
+        sbest = tl.max(tl.where(ok, w1, KEY_MIN), 0)
+    else:
+        gbest = tl.load(gbest_ptr + row)
+        e = tl.arange(0, CAND * KP)  # candidate e: split e // KP, slot e % KP (1-D throughout)
+        on = (e // KP) < C
+        head = (e // KP) * F
+        cand = ll.wait(rowbox, head + 2 + e % KP, on, ep, timeout_us, status, THREADS, TRAP)
+        tie = ll.wait(rowbox, head, on, ep, timeout_us, status, THREADS, TRAP)
+        floor = ll.wait(rowbox, head + 1, on, ep, timeout_us, status, THREADS, TRAP)
+        valid = on & (cand != KEY_MIN)
+        h = cand >> 32
+        kk = tl.minimum(k, tl.sum(valid.to(tl.int32), 0))
+        u = (h.to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
+        cut = kth_largest(u, valid, tl.maximum(kk, 1), 32)
+        cut = (cut ^ 0x80000000).to(tl.int32, bitcast=True).to(tl.int64)
+        col = index(cand)
+        rkey = row_key(tl.load(seed_ptr + row))
+        sc = key(value(cand) - nlnl(rkey, col), col)
+        # A split that left out elements equal to its k-th value sent the best score
+        # among all of those (the tie word), which stands for each of them.
+        sc = tl.where((h == floor) & (tie != KEY_MIN), tie, sc)
+        sbest = tl.max(tl.where(valid & (h >= cut), sc, KEY_MIN), 0)
+    t = tl.load(t_ptr + row)
+    tok = tl.where(_use_greedy(t, gbest), index(gbest), index(sbest))
+    tl.store(out_ptr + row, tok)
+    tl.store(epoch + row, ep)
+
+
+@triton.jit
+def logprobs_final(
+    box, epoch, pstride, relems, status, timeout_us, M, ids_ptr, lp_ptr, top_ids_ptr,
+    top_lp_ptr, S, C, N, W, n, CAND: tl.constexpr, NP: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        _logprobs_row(box, epoch, pstride, relems, status, timeout_us, row, ids_ptr, lp_ptr,
+                      top_ids_ptr, top_lp_ptr, S, C, N, W, n, CAND, NP, THREADS, TRAP)  # fmt: skip
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def _logprobs_row(
+    box, epoch, pstride, relems, status, timeout_us, row, ids_ptr, lp_ptr, top_ids_ptr,
+    top_lp_ptr, S, C, N, W, n, CAND: tl.constexpr, NP: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
+):  # fmt: skip
+    RW = 1 + S * (1 + NP)  # words per rank
+    c = tl.arange(0, CAND)
+    ok = c < C
+    at = (c // S) * RW + 1 + (c % S) * (1 + NP)
+    ep, rowbox, pairs = _gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, at, ok, THREADS, TRAP
+    )
+    maxima = (pairs & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    maxima = tl.where(ok, maxima, float("-inf"))
+    sums = tl.where(ok, (pairs >> 32).to(tl.int32).to(tl.float32, bitcast=True), 0.0)
+    big = tl.max(maxima, 0)
+    # tl.max skips NaN; a NaN logit makes its split's sum NaN, and so the result.
+    total = tl.sum(tl.where(ok, sums * libdevice.exp(maxima - big), 0.0), 0)
+    lse = libdevice.log(total)
+    tok = tl.load(ids_ptr + row)
+    owner = tl.minimum(tl.maximum(tok // N, 0), W - 1)
+    two = tl.arange(0, 2)
+    tw = ll.wait(rowbox, owner * RW + two * 0, two < 1, ep, timeout_us, status, THREADS, TRAP)
+    logit = tl.sum(tl.where(two < 1, tw, 0), 0).to(tl.int32).to(tl.float32, bitcast=True)
+    tl.store(lp_ptr + row, logit - big - lse)
+    if NP > 0:
+        j = tl.arange(0, NP)[None, :]
+        keys = ll.wait(rowbox, at[:, None] + 1 + j, ok[:, None], ep, timeout_us, status, THREADS,
+                       TRAP)  # fmt: skip
+        keys = tl.where(ok[:, None], keys, KEY_MIN)
+        r = 0
+        while r < n:  # n rounds of "take the largest key"; keys are unique
+            best = tl.max(tl.max(keys, 1), 0)
+            tl.store(top_ids_ptr + row * n + r, index(best))
+            tl.store(top_lp_ptr + row * n + r, value(best) - big - lse)
+            keys = tl.where(keys == best, KEY_MIN, keys)
+            r += 1
+    tl.store(epoch + row, ep)
