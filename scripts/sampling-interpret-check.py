@@ -23,7 +23,7 @@ import threading  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from logits_gather.sampling import fused, kernels, keys, reference  # noqa: E402
+from logits_gather.sampling import finals, fused, kernels, keys, reference  # noqa: E402
 
 
 @triton.jit
@@ -43,6 +43,7 @@ class _Libdevice:  # the interpreter has no libdevice: numpy's log/exp (logic on
 
 kernels.libdevice = _Libdevice
 keys.libdevice = _Libdevice
+finals.libdevice = _Libdevice
 _LOCK = threading.Lock()
 _launch = fused._Launcher.__call__
 
