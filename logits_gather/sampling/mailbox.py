@@ -21,17 +21,18 @@ log = logging.getLogger(__name__)
 
 
 def fast_path_problem(
-    group: dist.ProcessGroup | None, device: torch.device
+    group: dist.ProcessGroup | None, device: torch.device, local: str | None = None
 ) -> tuple[str | None, int | None]:
     """``(why not, wait_ctas)``: why the fused kernels cannot run in this group (the same
     answer on every rank; None if they can), and the most CTAs a waiting kernel may
-    launch (None: one per row). Collective.
+    launch (None: one per row). ``local``: a reason of this rank's own. Collective.
 
     Ranks that share a GPU run side by side (MPS); a waiting kernel's CTAs could then fill
     the GPU while a peer's writer kernel, which they wait for, finds no room. So when
     ranks share a GPU, waiting kernels get at most half the SMs split among the sharers.
     """
     mine = symmetric.local_problem(device) if device.type == "cuda" else f"device is {device}"
+    mine = mine or local
     info = symmetric.describe_device(device) if mine is None else None
     what = "VocabParallelSampler construction"
     every = agree(group, {}, [], extra=(mine, info), what=what)

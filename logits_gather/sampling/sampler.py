@@ -93,8 +93,11 @@ class VocabParallelSampler:
         self.timeout_s, self.on_timeout = timeout_s, on_timeout
         self._fused = None
         if fused and backend != "torch.distributed":
-            why, wait_ctas = mailbox.fast_path_problem(group, device)
-            if why is None and fused_mod.available(device):
+            local = None
+            if device.type == "cuda" and not fused_mod.available(device):
+                local = "the fused kernels do not import"
+            why, wait_ctas = mailbox.fast_path_problem(group, device, local)
+            if why is None:
                 self._fused = fused_mod.Fused(
                     columns,
                     self.world_size,
@@ -106,7 +109,7 @@ class VocabParallelSampler:
                 for op in ("greedy", "sample"):
                     self._box(self._fused.words(op), capacity)
             else:
-                log.info("VocabParallelSampler: torch-ops path, because %s", why or "no Triton")
+                log.info("VocabParallelSampler: torch-ops path, because %s", why)
         if self._fused is None:
             for width in (ops.GREEDY_WIDTH, ops.BEST_WIDTH):
                 self._exchange(width, capacity)
