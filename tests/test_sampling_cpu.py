@@ -359,3 +359,18 @@ def test_reference_tie_rules() -> None:
     y[2] = float("-inf")
     got = reference.sample(y[:3], torch.tensor([0.0, 1.0, 1.0]), seeds[:3], top_p=0.5)
     assert got.tolist() == [0, 3, 0]
+
+
+def test_fused_path_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused path serves up to MAX_WORLD ranks unless LOGITS_GATHER_SAMPLING_FUSED says
+    otherwise (1: any tp, 0: never), and says why when it is off."""
+    from logits_gather.sampling import fused
+
+    monkeypatch.delenv(fused.FUSED_ENV, raising=False)
+    assert fused.policy_problem(2) is None
+    assert fused.policy_problem(fused.MAX_WORLD) is None
+    assert "8 ranks > 4" in fused.policy_problem(8)
+    monkeypatch.setenv(fused.FUSED_ENV, "1")
+    assert fused.policy_problem(8) is None
+    monkeypatch.setenv(fused.FUSED_ENV, "0")
+    assert fused.policy_problem(2) == f"{fused.FUSED_ENV}=0"

@@ -22,6 +22,21 @@ BLOCK = 4096
 WARPS = 8
 JIT_ENV = "LOGITS_GATHER_SAMPLING_JIT"
 """Set to 1 to launch through Triton's JIT dispatch every time (no cached kernels)."""
+FUSED_ENV = "LOGITS_GATHER_SAMPLING_FUSED"
+"""``1``: the fused path at any tp; ``0``: never; unset: up to :data:`MAX_WORLD` ranks."""
+MAX_WORLD = 4
+"""The most ranks the fused path serves by default: it passed its GPU tests at tp 2 and 4,
+and one tp=8 run (8 ranks on 2 GPUs) returned a wrong top_k token (README, GPU tests)."""
+
+
+def policy_problem(world: int) -> str | None:
+    """Why the fused path is off for ``world`` ranks by this rank's settings, or None."""
+    value = os.environ.get(FUSED_ENV, "")
+    if value == "0":
+        return f"{FUSED_ENV}=0"
+    if value != "1" and world > MAX_WORLD:
+        return f"{world} ranks > {MAX_WORLD} (not yet validated on GPUs; {FUSED_ENV}=1 forces it)"
+    return None
 
 
 def available(device: torch.device) -> bool:
@@ -258,4 +273,4 @@ class Fused:
         return lp, top_ids, top_lp
 
 
-__all__ = ["BLOCK", "Fused", "available"]
+__all__ = ["BLOCK", "FUSED_ENV", "MAX_WORLD", "Fused", "available", "policy_problem"]

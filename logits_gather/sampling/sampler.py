@@ -44,7 +44,9 @@ class VocabParallelSampler:
     :class:`~logits_gather.LogitsGather`'s kernel needs), greedy, sample (no
     filter, an int ``top_k <= 64``, or ``min_p`` alone) and logprobs run fused
     (:mod:`.fused`: two Triton kernels that exchange through symmetric memory);
-    ``fused=False`` forces the torch-ops path (the one CPUs use). ``timeout_s`` and
+    ``fused=False`` forces the torch-ops path (the one CPUs use); by default the fused
+    path serves at most 4 ranks (``LOGITS_GATHER_SAMPLING_FUSED``: ``1`` any tp, ``0``
+    never). ``timeout_s`` and
     ``on_timeout`` bound the fused kernels' waits for peers as in ``LogitsGather``
     (defaults from ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see
     :meth:`check`.
@@ -93,8 +95,8 @@ class VocabParallelSampler:
         self.timeout_s, self.on_timeout = timeout_s, on_timeout
         self._fused = None
         if fused and backend != "torch.distributed":
-            local = None
-            if device.type == "cuda" and not fused_mod.available(device):
+            local = fused_mod.policy_problem(self.world_size)
+            if local is None and device.type == "cuda" and not fused_mod.available(device):
                 local = "the fused kernels do not import"
             why, wait_ctas = mailbox.fast_path_problem(group, device, local)
             if why is None:
