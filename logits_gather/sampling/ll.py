@@ -11,10 +11,12 @@ payload word travels as two 8-byte *elements*, ``(epoch << 32) | low half`` and
   epoch ``e``, put ``E = e + 1`` into every element and store their words into
   parity ``E & 1`` of the row on every rank, their own included, each element
   with one ``st.relaxed.sys`` (a strong, single-copy-atomic 8-byte store).
-- The reader (one CTA per row in the consumer kernel) polls its own copy with
-  volatile loads (relaxed, system scope) until every element of the row shows
-  ``E``, decodes the words, and stores the row's epoch ``E``. It is the only
-  thread block that writes that epoch, so the read-modify-write cannot race.
+- The reader (the one CTA of the consumer kernel that handles the row) polls its
+  own copy with volatile loads (relaxed, system scope) until every element of the
+  row shows ``E``, decodes the words, and stores the row's epoch ``E``. It is the
+  only thread block that reads or writes that epoch in its kernel, and its threads
+  all load the epoch before the first block-wide reduction of the poll, so the
+  read-modify-write cannot race.
 
 No fence, no flag word and no barrier kernel: a reader sees each element either
 old or new, and new elements are complete by themselves. An element of parity
@@ -27,8 +29,9 @@ only after its own reader of use ``E + 1`` finished, which needed rank B's
 writers of use ``E + 1``, which B's stream runs after B's reader of use ``E``.
 So B has consumed use ``E`` before anyone overwrites that parity.
 
-Waiting kernels run one CTA per row and wait only for writers launched earlier on
-other ranks' streams, which never wait themselves, so no co-residency is needed.
+Waiting kernels wait only for writers launched earlier on other ranks' streams,
+which never wait themselves, so no co-residency is needed; their grids are bounded
+when ranks share a GPU (see :func:`.mailbox.fast_path_problem`).
 A wait that outlasts ``timeout_us`` records ``[code, cta, seen, target]`` in the
 mailbox's pinned status block and traps (``TRAP``) or gives up (see
 :meth:`.mailbox.Mailbox.check`).
