@@ -144,6 +144,10 @@ def _eager(rank: int, world: int, seed: int, placement: str) -> str:
         delay_random_rank(rng, rank, world)
         assert torch.equal(sampler.greedy(shard), full.argmax(1)), where
         assert torch.equal(sampling.greedy(shard), full.argmax(1)), where
+        if it == 0 and torch.cuda.device_count() > 1:  # launches follow the sampler's device
+            with torch.cuda.device((dev.index + 1) % torch.cuda.device_count()):
+                assert torch.equal(sampler.sample(shard, temp, seeds, top_k=2),
+                                   reference.sample(full, temp, seeds, top_k=2)), where  # fmt: skip
         for k in TOP_KS:
             got = sampler.sample(shard, temp, seeds, top_k=k)
             want = reference.sample(full, temp, seeds, top_k=k)

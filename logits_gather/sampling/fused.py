@@ -66,13 +66,24 @@ class _Launcher:
     """Launches a Triton kernel, skipping the JIT dispatch (10-20 us of host time) after
     the first call of each specialisation: the compiled kernel is cached under the same
     specialisation key Triton uses, then called through its launcher. Any failure of
-    the cached route falls back to the JIT for good (logged once)."""
+    the cached route falls back to the JIT for good (logged once). Launches go to the
+    sampler's device and its current stream, whatever the caller's current device."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: int | None = None) -> None:
         self._cache: dict[tuple, Any] = {}
         self._jit_only = os.environ.get(JIT_ENV) == "1"
+        self._index = index
 
     def __call__(
+        self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
+    ) -> None:
+        if self._index is not None and torch.cuda.current_device() != self._index:
+            with torch.cuda.device(self._index):
+                self._launch(fn, grid, args, consts, warps)
+        else:
+            self._launch(fn, grid, args, consts, warps)
+
+    def _launch(
         self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
     ) -> None:
         key = (fn, grid[1], warps, tuple(consts.values()), *map(_spec, args))
@@ -111,7 +122,8 @@ class _Launcher:
 class Fused:
     """Launch geometry of one sampler (``columns`` per rank, ``world`` ranks) and its
     launches. ``box(words, rows)`` returns the mailbox for rows of ``words`` words per
-    rank (collective when it has to build one)."""
+    rank (collective when it has to build one); ``wait_ctas`` bounds the waiting
+    kernels' grids; ``index`` is the CUDA device the launches go to."""
 
     def __init__(
         self,
@@ -121,6 +133,7 @@ class Fused:
         box: Any,
         trap: bool,
         wait_ctas: int | None = None,
+        index: int | None = None,
     ) -> None:
         from . import finals, kernels
 
@@ -133,7 +146,7 @@ class Fused:
         self.box = box
         self.trap = trap
         self.wait_ctas = wait_ctas
-        self.launch = _Launcher()
+        self.launch = _Launcher(index)
 
     @staticmethod
     def room(k: int) -> int:

@@ -107,6 +107,7 @@ class VocabParallelSampler:
                     self._box,
                     on_timeout == "trap",
                     wait_ctas,
+                    device.index,
                 )
                 for op in ("greedy", "sample"):
                     self._box(self._fused.words(op), capacity)
