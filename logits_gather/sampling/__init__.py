@@ -1,10 +1,12 @@
 """Vocab-parallel greedy, sampling and logprobs without gathering the logits.
 
 Each rank holds ``shard`` ``[M, N]``: columns ``rank * N .. rank * N + N - 1`` of
-the ``[M, W * N]`` logits. Each operation reduces its shard locally and ends in
-one all-gather of a few values per row (``[M, 4 .. 260]`` fp32, through a small
-:class:`~logits_gather.LogitsGather`: the symmetric-memory kernel on GPUs, the
-torch.distributed fallback elsewhere), then merges identically on every rank.
+the ``[M, W * N]`` logits. Each operation reduces its shard locally, exchanges a
+few values per row and merges them identically on every rank. On GPUs the fused
+kernels exchange through symmetric-memory mailboxes inside the kernels
+(:mod:`.ll`); elsewhere, and for the filters they do not cover, small
+:class:`~logits_gather.LogitsGather` all-gathers (the torch.distributed fallback
+off GPUs) carry the values.
 
 - :func:`greedy` equals ``torch.argmax`` of the gathered logits (ties: lowest
   id; NaN: the first NaN).
@@ -12,20 +14,21 @@ torch.distributed fallback elsewhere), then merges identically on every rank.
   bit at every tp: Gumbel-max with counter-based noise keyed by
   ``(seed[i], global column)``, temperature, then min-p and top-k, then top-p,
   each a scalar or per row (the definition and every tie rule: :mod:`.reference`).
-  On CUDA with Triton, plain sampling and an int ``top_k <= 64`` are fused
-  (:mod:`.fused`: kernel, exchange, kernel); per-row tensors, top-p, min-p and
-  larger ``top_k`` take the exact torch-ops filter path (:mod:`.filters`).
+  On CUDA with Triton (and at most 4 ranks by default), plain sampling, an int
+  ``top_k <= 64`` and ``min_p`` alone are fused (:mod:`.fused`); per-row tensors,
+  top-p, combined filters and larger ``top_k`` take the exact torch-ops filter path
+  (:mod:`.filters`).
 - :func:`logprobs` is within ``1e-6 * (1 + |ref|)`` of the exact log_softmax and
   within ``2e-5 * (1 + |ref|)`` of ``torch.log_softmax(gathered.float(), 1)``.
 
 The module functions use a :class:`VocabParallelSampler` cached per
 ``(group, device, N)``. Its first use, a larger ``M`` than seen so far, and a
-new ``top_k``/``top_n`` build exchanges collectively: every rank must make the
-same calls with the same ``M``, ``top_k`` and ``top_n``. For CUDA graphs, build a
-:class:`VocabParallelSampler` yourself and run each variant once before capture.
-Allocation per call: the outputs and torch's temporaries (the ``[M, N]`` noise
-and scores in ``sample``), all from the caching allocator; payloads and
-exchange buffers are preallocated.
+new ``top_k``/``top_n`` build mailboxes or exchanges collectively: every rank must
+make the same calls with the same ``M``, ``top_k`` and ``top_n``. For CUDA graphs,
+build a :class:`VocabParallelSampler` yourself and run each variant once before
+capture. Allocation per call: the outputs, a few ``[M]`` scratch vectors and, off
+the fused path, torch's temporaries, all from the caching allocator; mailboxes,
+payloads and exchange buffers are preallocated.
 """
 
 from __future__ import annotations

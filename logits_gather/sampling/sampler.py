@@ -46,10 +46,9 @@ class VocabParallelSampler:
     (:mod:`.fused`: two Triton kernels that exchange through symmetric memory);
     ``fused=False`` forces the torch-ops path (the one CPUs use); by default the fused
     path serves at most 4 ranks (``LOGITS_GATHER_SAMPLING_FUSED``: ``1`` any tp, ``0``
-    never). ``timeout_s`` and
-    ``on_timeout`` bound the fused kernels' waits for peers as in ``LogitsGather``
-    (defaults from ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see
-    :meth:`check`.
+    never). ``timeout_s`` and ``on_timeout`` bound the fused kernels' waits for peers
+    as in ``LogitsGather`` (defaults from ``LOGITS_GATHER_TIMEOUT_S`` /
+    ``LOGITS_GATHER_ON_TIMEOUT``); see :meth:`check`.
     """
 
     def __init__(
