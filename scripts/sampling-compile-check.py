@@ -54,7 +54,7 @@ def variants():
     yield "minp_reduce", F.minp_reduce, None, final, 1
     yield "topk_reduce G=8", F.topk_reduce, None, dict(final, G=8, THREADS=128), 4
     yield "sample_final KP=0", F.sample_final, None, dict(final, KP=0), 1
-    yield "sample_final KP=64", F.sample_final, None, dict(final, KP=64, THREADS=512), 16
+    yield "sample_final KP=64", F.sample_final, None, dict(final, KP=64, THREADS=256), 8
     yield "logprobs_final NP=0", F.logprobs_final, None, dict(final, NP=0), 1
     yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
     yield "noise_kernel", K.noise_kernel, F32P, {"BLOCK": 1024}, 4

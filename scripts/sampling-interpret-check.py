@@ -84,6 +84,9 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
         full[2, 3] = float("nan")
     if m > 4:  # few distinct values: top-k cuts inside long runs
         full[4] = torch.randint(-4, 4, (v,), generator=gen).float() * 3
+    if m > 5:  # one dominant logit and a long equal tail
+        full[5] = -2.0
+        full[5, (7919 * 5) % v] = 6.0
     full = full.to(dtype)
     temp = torch.rand(m, generator=gen) * 2
     temp[0] = 0.7
@@ -174,7 +177,10 @@ def _call(f, op, arg, shard, temp, seeds, ids):
 
 
 def main() -> int:
+    """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes)."""
     fails = 0
+    if "--tp8" in sys.argv:
+        fails += run(8, 18944, 8, random.randrange(2**31))
     for world, n, m, dtype in (
         (1, 300, 5, torch.bfloat16),
         (2, 150, 6, torch.bfloat16),

@@ -226,7 +226,7 @@ class Fused:
         mb = self.box(words, m)
         self._local(self.k.topk_local, shard, (t, seed, low), mb, words, (k,), {"KP": kp})
         consts = {"CAND": self._cand(), "KP": kp}
-        self._final(self.f.sample_final, m, mb, (t, seed, gbest, out, c, k), consts, 16)
+        self._final(self.f.sample_final, m, mb, (t, seed, gbest, out, c, k), consts, 8)
         return out
 
     def scores(

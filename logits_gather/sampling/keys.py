@@ -132,7 +132,11 @@ def kth_largest(u, valid, k, BITS: tl.constexpr):
             match = valid
         else:
             match = valid & ((u >> (shift + 8)) == prefix)
+        # Barriers around the histogram: its shared-memory counts must not overlap the
+        # reductions before and after it (a guard; see the README's GPU-test notes).
+        tl.debug_barrier()
         hist = tl.histogram(((u >> shift) & 255).to(tl.int32), 256, match)
+        tl.debug_barrier()
         ge = tl.sum(hist, 0) - tl.cumsum(hist, 0) + hist  # count of digits >= each bin
         digit = tl.sum((ge >= rem).to(tl.int32), 0) - 1
         rem -= tl.sum(tl.where(bins == digit, ge - hist, 0), 0)
