@@ -244,7 +244,11 @@ def test_matches_gathered(world_size: int, placement: str) -> None:
         world_size,
         random.randrange(2**31),
         placement,
-        env={**placement_env(placement), "LOGITS_GATHER_SAMPLING_FUSED": "1"},
+        env={
+            **placement_env(placement),
+            "LOGITS_GATHER_SAMPLING_FUSED": "1",
+            "LOGITS_GATHER_SAMPLING_FUSED_TOPK": "1",
+        },
         timeout=900,
     )
     assert results == ["symm_mem"] * world_size
@@ -258,7 +262,11 @@ def test_cuda_graph_replay(world_size: int, placement: str) -> None:
         random.randrange(2**31),
         placement,
         4099,
-        env={**placement_env(placement), "LOGITS_GATHER_SAMPLING_FUSED": "1"},
+        env={
+            **placement_env(placement),
+            "LOGITS_GATHER_SAMPLING_FUSED": "1",
+            "LOGITS_GATHER_SAMPLING_FUSED_TOPK": "1",
+        },
         timeout=900,
     )
     assert results == [7] * world_size

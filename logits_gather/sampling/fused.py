@@ -24,6 +24,9 @@ JIT_ENV = "LOGITS_GATHER_SAMPLING_JIT"
 """Set to 1 to launch through Triton's JIT dispatch every time (no cached kernels)."""
 FUSED_ENV = "LOGITS_GATHER_SAMPLING_FUSED"
 """``1``: the fused path at any tp; ``0``: never; unset: up to :data:`MAX_WORLD` ranks."""
+TOPK_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK"
+"""``1``: int ``top_k <= 64`` on the fused path; otherwise (the default) the exact filter
+path. Two GPU runs returned a wrong top_k token on one rank (README, GPU tests)."""
 MAX_WORLD = 4
 """The most ranks the fused path serves by default: it passed its GPU tests at tp 2 and 4,
 and one tp=8 run (8 ranks on 2 GPUs) returned a wrong top_k token (README, GPU tests)."""
@@ -286,4 +289,18 @@ class Fused:
         return lp, top_ids, top_lp
 
 
-__all__ = ["BLOCK", "FUSED_ENV", "MAX_WORLD", "Fused", "available", "policy_problem"]
+def topk_wanted() -> bool:
+    """This rank's setting for the fused top-k (agreed across ranks by the sampler)."""
+    return os.environ.get(TOPK_ENV, "") == "1"
+
+
+__all__ = [
+    "BLOCK",
+    "FUSED_ENV",
+    "MAX_WORLD",
+    "TOPK_ENV",
+    "Fused",
+    "available",
+    "policy_problem",
+    "topk_wanted",
+]

@@ -8,8 +8,8 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
+from ..checks import agree, resolve_options
 from ..checks import resolve_device as _resolve_device
-from ..checks import resolve_options
 from . import checks, exchange, filters, mailbox, ops, rng
 from . import fused as fused_mod
 from .filters import MAX_CANDIDATES
@@ -42,13 +42,14 @@ class VocabParallelSampler:
 
     On CUDA with Triton, when every rank's GPU can map its peers' memory (as
     :class:`~logits_gather.LogitsGather`'s kernel needs), greedy, sample (no
-    filter, an int ``top_k <= 64``, or ``min_p`` alone) and logprobs run fused
+    filter, or ``min_p`` alone) and logprobs run fused
     (:mod:`.fused`: two Triton kernels that exchange through symmetric memory);
     ``fused=False`` forces the torch-ops path (the one CPUs use); by default the fused
     path serves at most 4 ranks (``LOGITS_GATHER_SAMPLING_FUSED``: ``1`` any tp, ``0``
-    never). ``timeout_s`` and ``on_timeout`` bound the fused kernels' waits for peers
-    as in ``LogitsGather`` (defaults from ``LOGITS_GATHER_TIMEOUT_S`` /
-    ``LOGITS_GATHER_ON_TIMEOUT``); see :meth:`check`.
+    never); an int ``top_k`` joins it only with ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=1``
+    (the same on every rank). ``timeout_s`` and ``on_timeout`` bound the fused
+    kernels' waits for peers as in ``LogitsGather`` (defaults from
+    ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see :meth:`check`.
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class VocabParallelSampler:
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
         self.timeout_s, self.on_timeout = timeout_s, on_timeout
         self._fused = None
+        self._fused_topk = False
         if fused and backend != "torch.distributed":
             local = fused_mod.policy_problem(self.world_size)
             if local is None and device.type == "cuda" and not fused_mod.available(device):
@@ -110,6 +112,13 @@ class VocabParallelSampler:
                 )
                 for op in ("greedy", "sample"):
                     self._box(self._fused.words(op), capacity)
+                self._fused_topk = fused_mod.topk_wanted()
+                agree(
+                    group,
+                    {fused_mod.TOPK_ENV: self._fused_topk},
+                    [],
+                    what="VocabParallelSampler construction",
+                )
             else:
                 log.info("VocabParallelSampler: torch-ops path, because %s", why)
         if self._fused is None:
@@ -212,7 +221,9 @@ class VocabParallelSampler:
         if isinstance(mp, float) and mp <= 0.0:
             mp = None
         if p is None and mp is None and not isinstance(k, torch.Tensor):
-            if self._fused is not None and (k is None or k <= MAX_CANDIDATES):
+            if self._fused is not None and (
+                k is None or (self._fused_topk and k <= MAX_CANDIDATES)
+            ):
                 return self._fused.sample(shard, t.view(m), seeds, k)
             if self._fused is None:
                 return filters.sample_plain(self, shard, t, rng.row_keys(seeds), k)
