@@ -1,7 +1,8 @@
 """Small all-gathers of ``[M, width]`` fp32 payloads, one ``LogitsGather`` per width.
 
-Every sampling operation ends in one exchange of a few values per row. The
-exchange is a :class:`~logits_gather.LogitsGather` of dtype fp32, which copies
+Off the fused path (CPU, no peer access, the filters the fused kernels do not
+cover), every exchange of a few values per row goes through these. The exchange
+is a :class:`~logits_gather.LogitsGather` of dtype fp32, which copies
 bits exactly, so a payload may hold int64 indices (``payload.view(torch.int64)``)
 or bf16/fp16 values (``payload.view(dtype)``) next to fp32 ones. On GPUs that
 can map each other's memory this is the symmetric-memory push kernel; elsewhere

@@ -1,4 +1,4 @@
-"""VocabParallelSampler: greedy, sample and logprobs on vocab shards, one exchange each."""
+"""VocabParallelSampler: greedy, sample and logprobs on vocab shards, exchanging a few values."""
 
 from __future__ import annotations
 
