@@ -23,7 +23,7 @@ import threading  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from logits_gather.sampling import finals, fused, kernels, keys, reference  # noqa: E402
+from logits_gather.sampling import finals, fused, kernels, keys, launcher, reference  # noqa: E402
 
 
 @triton.jit
@@ -45,7 +45,7 @@ kernels.libdevice = _Libdevice
 keys.libdevice = _Libdevice
 finals.libdevice = _Libdevice
 _LOCK = threading.Lock()
-_launch = fused._Launcher.__call__
+_launch = launcher.Launcher.__call__
 
 
 def _locked(self, *args):
@@ -53,7 +53,7 @@ def _locked(self, *args):
         _launch(self, *args)
 
 
-fused._Launcher.__call__ = _locked
+launcher.Launcher.__call__ = _locked
 
 
 class FakeBox:

@@ -364,7 +364,7 @@ def test_reference_tie_rules() -> None:
 def test_fused_path_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fused path serves up to MAX_WORLD ranks unless LOGITS_GATHER_SAMPLING_FUSED says
     otherwise (1: any tp, 0: never), and says why when it is off."""
-    from logits_gather.sampling import fused
+    from logits_gather.sampling import fastpath as fused
 
     monkeypatch.delenv(fused.FUSED_ENV, raising=False)
     assert fused.policy_problem(2) is None

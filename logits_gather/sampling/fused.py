@@ -10,116 +10,18 @@ allocates but the outputs; no host sync.
 
 from __future__ import annotations
 
-import logging
-import os
 from typing import Any
 
 import torch
 
-log = logging.getLogger(__name__)
+from .launcher import Launcher
 
 BLOCK = 4096
 WARPS = 8
-JIT_ENV = "LOGITS_GATHER_SAMPLING_JIT"
-"""Set to 1 to launch through Triton's JIT dispatch every time (no cached kernels)."""
-FUSED_ENV = "LOGITS_GATHER_SAMPLING_FUSED"
-"""``1``: the fused path at any tp; ``0``: never; unset: up to :data:`MAX_WORLD` ranks."""
-TOPK_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK"
-"""``1``: int ``top_k <= 64`` on the fused path; otherwise (the default) the exact filter
-path. Two GPU runs returned a wrong top_k token on one rank (README, GPU tests)."""
-MAX_WORLD = 4
-"""The most ranks the fused path serves by default: it passed its GPU tests at tp 2 and 4,
-and one tp=8 run (8 ranks on 2 GPUs) returned a wrong top_k token (README, GPU tests)."""
-
-
-def policy_problem(world: int) -> str | None:
-    """Why the fused path is off for ``world`` ranks by this rank's settings, or None."""
-    value = os.environ.get(FUSED_ENV, "")
-    if value == "0":
-        return f"{FUSED_ENV}=0"
-    if value != "1" and world > MAX_WORLD:
-        return f"{world} ranks > {MAX_WORLD} (not yet validated on GPUs; {FUSED_ENV}=1 forces it)"
-    return None
-
-
-def available(device: torch.device) -> bool:
-    """Whether the fused kernels can run on ``device`` (CUDA with Triton importable)."""
-    if device.type != "cuda":
-        return False
-    try:
-        from . import kernels  # noqa: F401
-    except Exception:  # noqa: BLE001 - no Triton (or a broken one): the torch-ops path
-        return False
-    return True
 
 
 def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
-
-
-def _spec(a: Any) -> Any:
-    """What Triton specialises an argument on: dtype and 16-byte alignment for tensors,
-    ``== 1``, ``% 16 == 0`` and width for ints."""
-    if isinstance(a, torch.Tensor):
-        return a.dtype, a.data_ptr() % 16 == 0
-    return a == 1, a % 16 == 0, a.bit_length() > 31
-
-
-class _Launcher:
-    """Launches a Triton kernel, skipping the JIT dispatch (10-20 us of host time) after
-    the first call of each specialisation: the compiled kernel is cached under the same
-    specialisation key Triton uses, then called through its launcher. Any failure of
-    the cached route falls back to the JIT for good (logged once). Launches go to the
-    sampler's device and its current stream, whatever the caller's current device."""
-
-    def __init__(self, index: int | None = None) -> None:
-        self._cache: dict[tuple, Any] = {}
-        self._jit_only = os.environ.get(JIT_ENV) == "1"
-        self._index = index
-
-    def __call__(
-        self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
-    ) -> None:
-        if self._index is not None and torch.cuda.current_device() != self._index:
-            with torch.cuda.device(self._index):
-                self._launch(fn, grid, args, consts, warps)
-        else:
-            self._launch(fn, grid, args, consts, warps)
-
-    def _launch(
-        self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
-    ) -> None:
-        key = (fn, grid[1], warps, tuple(consts.values()), *map(_spec, args))
-        ck = None if self._jit_only else self._cache.get(key)
-        if ck is not None:
-            try:
-                from triton.runtime import driver
-
-                stream = driver.active.get_current_stream(torch.cuda.current_device())
-                ck.run(
-                    grid[0],
-                    grid[1],
-                    1,
-                    stream,
-                    ck.function,
-                    ck.packed_metadata,
-                    None,
-                    None,
-                    None,
-                    *args,
-                    *consts.values(),
-                )
-                return
-            except Exception:  # noqa: BLE001 - the JIT route below still works
-                log.warning(
-                    "logits_gather.sampling: cached Triton launch failed; using "
-                    "Triton's JIT dispatch from now on",
-                    exc_info=True,
-                )
-                self._jit_only = True
-        ck = fn[grid](*args, **consts, num_warps=warps)
-        if not self._jit_only and ck is not None and hasattr(ck, "run"):
-            self._cache[key] = ck
 
 
 class Fused:
@@ -149,7 +51,7 @@ class Fused:
         self.box = box
         self.trap = trap
         self.wait_ctas = wait_ctas
-        self.launch = _Launcher(index)
+        self.launch = Launcher(index)
 
     @staticmethod
     def room(k: int) -> int:
@@ -289,18 +191,4 @@ class Fused:
         return lp, top_ids, top_lp
 
 
-def topk_wanted() -> bool:
-    """This rank's setting for the fused top-k (agreed across ranks by the sampler)."""
-    return os.environ.get(TOPK_ENV, "") == "1"
-
-
-__all__ = [
-    "BLOCK",
-    "FUSED_ENV",
-    "MAX_WORLD",
-    "TOPK_ENV",
-    "Fused",
-    "available",
-    "policy_problem",
-    "topk_wanted",
-]
+__all__ = ["BLOCK", "Fused"]

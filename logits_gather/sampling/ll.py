@@ -31,7 +31,7 @@ So B has consumed use ``E`` before anyone overwrites that parity.
 
 Waiting kernels wait only for writers launched earlier on other ranks' streams,
 which never wait themselves, so no co-residency is needed; their grids are bounded
-when ranks share a GPU (see :func:`.mailbox.fast_path_problem`).
+when ranks share a GPU (see :func:`.fastpath.fast_path_problem`).
 A wait that outlasts ``timeout_us`` records ``[code, cta, seen, target]`` in the
 mailbox's pinned status block and traps (``TRAP``) or gives up (see
 :meth:`.mailbox.Mailbox.check`).

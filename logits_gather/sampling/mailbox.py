@@ -1,8 +1,8 @@
 """Mailboxes: the symmetric buffers behind the fused kernels' exchanges (protocol: :mod:`.ll`).
 
-:func:`fast_path_problem` decides, collectively, whether this group can use them
-(CUDA, Triton, and peer access between all ranks' GPUs, as the gather needs).
-A :class:`Mailbox` is built collectively by every rank with the same arguments.
+A :class:`Mailbox` is built collectively by every rank with the same arguments;
+:class:`Mailboxes` keeps a sampler's, one per row width. Whether a group uses them
+at all is decided in :mod:`.fastpath`.
 """
 
 from __future__ import annotations
@@ -18,34 +18,6 @@ from .. import symmetric
 from ..checks import PeerTimeoutError, agree
 
 log = logging.getLogger(__name__)
-
-
-def fast_path_problem(
-    group: dist.ProcessGroup | None, device: torch.device, local: str | None = None
-) -> tuple[str | None, int | None]:
-    """``(why not, wait_ctas)``: why the fused kernels cannot run in this group (the same
-    answer on every rank; None if they can), and the most CTAs a waiting kernel may
-    launch (None: one per row). ``local``: a reason of this rank's own. Collective.
-
-    Ranks that share a GPU run side by side (MPS); a waiting kernel's CTAs could then fill
-    the GPU while a peer's writer kernel, which they wait for, finds no room. So when
-    ranks share a GPU, waiting kernels get at most half the SMs split among the sharers.
-    """
-    mine = symmetric.local_problem(device) if device.type == "cuda" else f"device is {device}"
-    mine = mine or local
-    info = symmetric.describe_device(device) if mine is None else None
-    what = "VocabParallelSampler construction"
-    every = agree(group, {}, [], extra=(mine, info), what=what)
-    reasons = [f"rank {r}: {why}" for r, (why, _) in enumerate(every) if why]
-    infos = [i for _, i in every]
-    if not reasons and len(every) > 1:
-        peer = symmetric.peer_problem(dist.get_rank(group), infos)
-        again = agree(group, {}, [], extra=peer, what=what)
-        reasons = [f"rank {r}: {why}" for r, why in enumerate(again) if why]
-    if reasons:
-        return "; ".join(reasons), None
-    sharing = max(sum(1 for j in infos if j["uuid"] == i["uuid"]) for i in infos)
-    return None, (None if sharing == 1 else max(1, symmetric.max_ctas(infos) // 2))
 
 
 class Mailbox:
@@ -158,14 +130,15 @@ class Mailboxes:
                 "capture"
             )
         capacity = max(rows, capacity, 2 * mb.capacity if mb is not None else 0)
-        new = Mailbox(
-            words * self.world,
-            capacity,
-            self.group,
-            self.device,
-            timeout_s=self.timeout_s,
-            trap=self.trap,
-        )
+        with torch.cuda.device(self.device):  # collectives and symm_mem on this GPU
+            new = Mailbox(
+                words * self.world,
+                capacity,
+                self.group,
+                self.device,
+                timeout_s=self.timeout_s,
+                trap=self.trap,
+            )
         if mb is not None:
             self._retired.append(mb)
         self._boxes[words] = new
@@ -176,4 +149,4 @@ class Mailboxes:
             mb.check()
 
 
-__all__ = ["Mailbox", "Mailboxes", "fast_path_problem"]
+__all__ = ["Mailbox", "Mailboxes"]

@@ -8,10 +8,9 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from ..checks import agree, resolve_options
 from ..checks import resolve_device as _resolve_device
-from . import checks, exchange, filters, mailbox, ops, rng
-from . import fused as fused_mod
+from ..checks import resolve_options
+from . import checks, exchange, fastpath, filters, mailbox, ops, rng
 from .filters import MAX_CANDIDATES
 
 log = logging.getLogger(__name__)
@@ -96,31 +95,7 @@ class VocabParallelSampler:
         self._fused = None
         self._fused_topk = False
         if fused and backend != "torch.distributed":
-            local = fused_mod.policy_problem(self.world_size)
-            if local is None and device.type == "cuda" and not fused_mod.available(device):
-                local = "the fused kernels do not import"
-            why, wait_ctas = mailbox.fast_path_problem(group, device, local)
-            if why is None:
-                self._fused = fused_mod.Fused(
-                    columns,
-                    self.world_size,
-                    self.rank,
-                    self._box,
-                    on_timeout == "trap",
-                    wait_ctas,
-                    device.index,
-                )
-                for op in ("greedy", "sample"):
-                    self._box(self._fused.words(op), capacity)
-                self._fused_topk = fused_mod.topk_wanted()
-                agree(
-                    group,
-                    {fused_mod.TOPK_ENV: self._fused_topk},
-                    [],
-                    what="VocabParallelSampler construction",
-                )
-            else:
-                log.info("VocabParallelSampler: torch-ops path, because %s", why)
+            self._fused, self._fused_topk = fastpath.decide(self, on_timeout == "trap")
         if self._fused is None:
             for width in (ops.GREEDY_WIDTH, ops.BEST_WIDTH):
                 self._exchange(width, capacity)

@@ -1,0 +1,131 @@
+"""Whether a sampler takes the fused path: one collective decision, the same on every rank.
+
+The fused kernels need CUDA, Triton, and peer access between all ranks' GPUs (as
+the gather's kernel does); they serve at most :data:`MAX_WORLD` ranks unless
+``LOGITS_GATHER_SAMPLING_FUSED`` says otherwise, and an int ``top_k`` joins them only
+with ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=1`` on every rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .. import symmetric
+from ..checks import agree
+from . import fused as fused_mod
+
+log = logging.getLogger(__name__)
+WHAT = "VocabParallelSampler construction"
+
+FUSED_ENV = "LOGITS_GATHER_SAMPLING_FUSED"
+"""``1``: the fused path at any tp; ``0``: never; unset: up to :data:`MAX_WORLD` ranks."""
+TOPK_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK"
+"""``1``: int ``top_k <= 64`` on the fused path; otherwise (the default) the exact filter
+path. Two GPU runs returned a wrong top_k token on one rank (README, GPU tests)."""
+MAX_WORLD = 4
+"""The most ranks the fused path serves by default: it passed its GPU tests at tp 2 and 4,
+and one tp=8 run (8 ranks on 2 GPUs) returned a wrong top_k token (README, GPU tests)."""
+
+
+def policy_problem(world: int) -> str | None:
+    """Why the fused path is off for ``world`` ranks by this rank's settings, or None."""
+    value = os.environ.get(FUSED_ENV, "")
+    if value == "0":
+        return f"{FUSED_ENV}=0"
+    if value != "1" and world > MAX_WORLD:
+        return f"{world} ranks > {MAX_WORLD} (not yet validated on GPUs; {FUSED_ENV}=1 forces it)"
+    return None
+
+
+def available(device: torch.device) -> bool:
+    """Whether the fused kernels can run on ``device`` (CUDA with Triton importable)."""
+    if device.type != "cuda":
+        return False
+    try:
+        from . import kernels  # noqa: F401
+    except Exception:  # noqa: BLE001 - no Triton (or a broken one): the torch-ops path
+        return False
+    return True
+
+
+def topk_wanted() -> bool:
+    """This rank's setting for the fused top-k (agreed across ranks by the sampler)."""
+    return os.environ.get(TOPK_ENV, "") == "1"
+
+
+def _on(device: torch.device):
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def fast_path_problem(
+    group: dist.ProcessGroup | None, device: torch.device, local: str | None = None
+) -> tuple[str | None, int | None]:
+    """``(why not, wait_ctas)``: why the fused kernels cannot run in this group (the same
+    answer on every rank; None if they can), and the most CTAs a waiting kernel may
+    launch (None: one per row). ``local``: a reason of this rank's own. Collective.
+
+    Ranks that share a GPU run side by side (MPS); a waiting kernel's CTAs could then fill
+    the GPU while a peer's writer kernel, which they wait for, finds no room. So when
+    ranks share a GPU, waiting kernels get at most half the SMs split among the sharers.
+    """
+    mine = symmetric.local_problem(device) if device.type == "cuda" else f"device is {device}"
+    mine = mine or local
+    info = symmetric.describe_device(device) if mine is None else None
+    what = WHAT
+    every = agree(group, {}, [], extra=(mine, info), what=what)
+    reasons = [f"rank {r}: {why}" for r, (why, _) in enumerate(every) if why]
+    infos = [i for _, i in every]
+    if not reasons and len(every) > 1:
+        peer = symmetric.peer_problem(dist.get_rank(group), infos)
+        again = agree(group, {}, [], extra=peer, what=what)
+        reasons = [f"rank {r}: {why}" for r, why in enumerate(again) if why]
+    if reasons:
+        return "; ".join(reasons), None
+    sharing = max(sum(1 for j in infos if j["uuid"] == i["uuid"]) for i in infos)
+    return None, (None if sharing == 1 else max(1, symmetric.max_ctas(infos) // 2))
+
+
+def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool]:
+    """``(Fused or None, fused top-k)`` for ``sampler`` (its group, device, columns,
+    capacity, rank and world size); builds the first mailboxes. Collective."""
+    device = sampler.device
+    with _on(device):  # collectives and symmetric memory on this rank's GPU
+        local = policy_problem(sampler.world_size)
+        if local is None and device.type == "cuda" and not available(device):
+            local = "the fused kernels do not import"
+        why, wait_ctas = fast_path_problem(sampler.group, device, local)
+        if why is not None:
+            log.info("VocabParallelSampler: torch-ops path, because %s", why)
+            return None, False
+        f = fused_mod.Fused(
+            sampler.columns,
+            sampler.world_size,
+            sampler.rank,
+            sampler._box,
+            trap,
+            wait_ctas,
+            device.index,
+        )
+        for op in ("greedy", "sample"):
+            sampler._box(f.words(op), sampler.capacity)
+        topk = topk_wanted()
+        agree(sampler.group, {TOPK_ENV: topk}, [], what=WHAT)
+        return f, topk
+
+
+__all__ = [
+    "FUSED_ENV",
+    "MAX_WORLD",
+    "TOPK_ENV",
+    "available",
+    "decide",
+    "fast_path_problem",
+    "policy_problem",
+    "topk_wanted",
+]
