@@ -50,8 +50,8 @@ def variants():
         for np_ in (0, 32):
             yield f"logprobs_local NP={np_}", K.logprobs_local, x, dict(local, NP=np_), 8
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
-    yield "greedy_final", F.greedy_final, None, final, 1
-    yield "minp_reduce", F.minp_reduce, None, final, 1
+    yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
+    yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
     yield "topk_reduce G=8", F.topk_reduce, None, dict(final, G=8, THREADS=128), 4
     yield "sample_final KP=0", F.sample_final, None, dict(final, KP=0), 1
     yield "sample_final KP=64", F.sample_final, None, dict(final, KP=64, THREADS=256), 8

@@ -55,7 +55,7 @@ def _time(fn, iters: int = 200, reps: int = 7) -> float:
     return statistics.median(out)
 
 
-def _times(f, box, m: int, columns: int, device: torch.device) -> dict[str, float]:
+def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     out: dict[str, float] = {}
     x = (torch.randn(m, columns, device=device) * 3).to(torch.bfloat16)
     t = torch.full((m,), 0.8, device=device)
@@ -63,18 +63,15 @@ def _times(f, box, m: int, columns: int, device: torch.device) -> dict[str, floa
     ids = torch.randint(0, columns, (m,), device=device)
     logmp = torch.full((m,), -3.0, device=device)
     locals_ = {
-        "greedy": (f.k.greedy_local, (), f.words("greedy"), (), {}),
-        "sample": (f.k.sample_local, (t, seed), f.words("sample"), (), {}),
-        "topk_probe G=8": (f.k.topk_probe, (t,), f.words("probe", 8), (), {"G": 8}),
-        "logprobs": (f.k.logprobs_local, (ids,), f.words("logprobs"), (0,), {"NP": 0}),
-        "logprobs_n5": (
-            f.k.logprobs_local, (ids,), f.words("logprobs", 8), (5,), {"NP": 8},
-        ),
-    }  # fmt: skip
-    for name, (fn, head, words, tail, consts) in locals_.items():
-        mb = box(words, m)
+        "greedy": (f.k.greedy_local, (), "greedy", 0, (), {}),
+        "sample": (f.k.sample_local, (t, seed), "sample", 0, (), {}),
+        "topk_probe G=8": (f.k.topk_probe, (t,), "probe", 8, (), {"G": 8}),
+        "logprobs": (f.k.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0}),
+        "logprobs_n5": (f.k.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8}),
+    }
+    for name, (fn, head, op, room, tail, consts) in locals_.items():
         out[f"{name} local"] = _time(
-            lambda: f._local(fn, x, head, mb, words, tail, consts)  # noqa: B023 - run at once
+            lambda: f._local(fn, x, head, op, room, tail, consts)  # noqa: B023 - run at once
         )
     whole = {
         "greedy": lambda: f.greedy(x),
@@ -109,7 +106,7 @@ def main() -> None:
     print(f"{'operation':<24}" + "".join(f"{'M=' + str(m):>10}" for m in rows))
     table: dict[str, list[float]] = {}
     for m in rows:
-        for name, us in _times(f, box, m, args.columns, device).items():
+        for name, us in _times(f, m, args.columns, device).items():
             table.setdefault(name, []).append(us)
     for name, values in table.items():
         print(f"{name:<24}" + "".join(f"{v:>10.1f}" for v in values))

@@ -65,6 +65,11 @@ def placements(worlds: tuple[int, ...] = (2, 4, 8)) -> list:
     return cases
 
 
+def two_rank_placement() -> str:
+    """Where a two-rank test runs: one process per GPU when there are two, else one GPU."""
+    return "per-gpu" if _gpus() >= 2 else "one-gpu"
+
+
 def placement_env(placement: str) -> dict[str, str]:
     return {} if placement == "per-gpu" else dict(COLOCATE_ENV)
 

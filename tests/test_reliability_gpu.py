@@ -8,14 +8,17 @@ import torch
 
 from logits_gather import LogitsGather
 from tests.dist import run_ranks
-from tests.gpu import assert_bits, needs_gpu, placement_env, random_full, rank_device
+from tests.gpu import (
+    assert_bits,
+    needs_gpu,
+    placement_env,
+    random_full,
+    rank_device,
+    two_rank_placement,
+)
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 COLUMNS = 2048
-
-
-def _placement() -> str:
-    return "per-gpu" if torch.cuda.device_count() >= 2 else "one-gpu"
 
 
 def _grad_and_meta(rank: int, world: int, placement: str) -> None:
@@ -38,7 +41,7 @@ def _grad_and_meta(rank: int, world: int, placement: str) -> None:
 
 
 def test_autograd_input_and_meta_tensor() -> None:
-    p = _placement()
+    p = two_rank_placement()
     run_ranks(_grad_and_meta, 2, p, env=placement_env(p), timeout=180)
 
 
@@ -61,7 +64,7 @@ def _alloc_fails(rank: int, world: int, placement: str, backend: str) -> str:
 
 @pytest.mark.parametrize("backend", ["auto", "symm_mem"])
 def test_allocation_failure_on_one_rank(backend: str) -> None:
-    p = _placement()
+    p = two_rank_placement()
     # hard_exit: rank 0's unrendezvoused symmetric block must not be freed at teardown,
     # where torch would wait for peers that never mapped it.
     verdicts = run_ranks(
@@ -94,6 +97,6 @@ def _mismatch(rank: int, world: int, placement: str) -> str:
 
 
 def test_check_calls_catches_different_m() -> None:
-    p = _placement()
+    p = two_rank_placement()
     messages = run_ranks(_mismatch, 2, p, env=placement_env(p), timeout=120)
     assert messages[0] == messages[1] and "M" in messages[0], messages

@@ -16,14 +16,10 @@ import torch.distributed as dist
 
 from logits_gather import PeerTimeoutError
 from tests.dist import run_ranks
-from tests.gpu import needs_gpu, rank_device
+from tests.gpu import needs_gpu, placement_env, rank_device, two_rank_placement
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 COLUMNS = 8192
-
-
-def _placement() -> str:
-    return "per-gpu" if torch.cuda.device_count() >= 2 else "one-gpu"
 
 
 def _run(rank: int, world: int, placement: str, mode: str, peer: str) -> str:
@@ -71,5 +67,6 @@ def _run(rank: int, world: int, placement: str, mode: str, peer: str) -> str:
 @pytest.mark.parametrize("peer", ["dead", "stalled"])
 @pytest.mark.parametrize("mode", ["raise", "trap"])
 def test_sampler_peer_timeout(mode: str, peer: str) -> None:
-    messages = run_ranks(_run, 2, _placement(), mode, peer, timeout=120, hard_exit=True)
+    p = two_rank_placement()
+    messages = run_ranks(_run, 2, p, mode, peer, env=placement_env(p), timeout=120, hard_exit=True)
     assert "timed out" in messages[0], messages

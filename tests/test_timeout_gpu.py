@@ -18,14 +18,17 @@ import torch.distributed as dist
 
 from logits_gather import LogitsGather, PeerTimeoutError
 from tests.dist import run_ranks
-from tests.gpu import assert_bits, needs_gpu, placement_env, random_full, rank_device
+from tests.gpu import (
+    assert_bits,
+    needs_gpu,
+    placement_env,
+    random_full,
+    rank_device,
+    two_rank_placement,
+)
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 COLUMNS = 4096
-
-
-def _placement() -> str:
-    return "per-gpu" if torch.cuda.device_count() >= 2 else "one-gpu"
 
 
 def _timeout(rank: int, world: int, placement: str, mode: str, peer: str) -> str:
@@ -73,7 +76,7 @@ def _timeout(rank: int, world: int, placement: str, mode: str, peer: str) -> str
 @pytest.mark.parametrize("peer", ["dead", "stalled"])
 @pytest.mark.parametrize("mode", ["raise", "trap"])
 def test_peer_timeout(mode: str, peer: str) -> None:
-    placement = _placement()
+    placement = two_rank_placement()
     messages = run_ranks(
         _timeout,
         2,

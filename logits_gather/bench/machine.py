@@ -19,18 +19,25 @@ def _version(dist_name: str) -> str | None:
         return None
 
 
+def nvidia_smi_rows(query: str, units: bool = True) -> list[list[str]]:
+    """The rows of ``nvidia-smi --query-gpu=QUERY`` (CSV, no header), one per GPU, fields
+    stripped; raises ``OSError`` or ``subprocess.SubprocessError`` when it cannot run."""
+    fmt = "--format=csv,noheader" + ("" if units else ",nounits")
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={query}", fmt],
+        capture_output=True,
+        text=True,
+        timeout=15,
+        check=True,
+    ).stdout
+    return [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line]
+
+
 def _nvidia_smi() -> dict[str, Any]:
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=15,
-            check=True,
-        ).stdout
+        rows = nvidia_smi_rows("name,driver_version,memory.total")
     except (OSError, subprocess.SubprocessError) as exc:
         return {"nvidia_smi": f"unavailable ({type(exc).__name__})"}
-    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line]
     return {"nvidia_smi": rows, "driver": rows[0][1] if rows and len(rows[0]) > 1 else None}
 
 

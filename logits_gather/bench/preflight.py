@@ -27,6 +27,7 @@ import subprocess
 from typing import Any
 
 from .cli import Config, UsageError
+from .machine import nvidia_smi_rows
 
 HEADROOM = 0.9  # of free memory the run may plan to use
 CONTEXT_MIB = 600  # CUDA context, NCCL and Triton per process, roughly
@@ -86,14 +87,8 @@ def describe(need: dict[str, int], per_device: int, free: int, where: str) -> st
 def _gpu_free_bytes() -> int | None:
     """The least free memory over the visible GPUs, from nvidia-smi (no CUDA init)."""
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=15,
-            check=True,
-        ).stdout
-        free = {int(i): int(f) for i, f in (line.split(",") for line in out.strip().splitlines())}
+        rows = nvidia_smi_rows("index,memory.free", units=False)
+        free = {int(i): int(f) for i, f in rows}
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -116,11 +116,4 @@ def get(
     return new
 
 
-def find(
-    width: int, group: dist.ProcessGroup | None, device: torch.device, backend: str = "auto"
-) -> Exchange | None:
-    """The cached exchange, if one was built; never collective."""
-    return _cache.get((_group_key(group), device, width, backend))
-
-
-__all__ = ["Exchange", "find", "get"]
+__all__ = ["Exchange", "get"]

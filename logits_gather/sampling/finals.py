@@ -33,32 +33,21 @@ def _gathered(
 @triton.jit
 def greedy_final(
     box, epoch, pstride, relems, status, timeout_us, M, out_ptr, C,
-    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    CAND: tl.constexpr, KEY: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
+    """The row's greedy token, or with ``KEY`` its greedy key (min-p's first round, for
+    :func:`.kernels.minp_local`)."""
     i = tl.arange(0, CAND)
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         ep, _, g = _gathered(
             box, epoch, pstride, relems, status, timeout_us, row, i, i < C, THREADS, TRAP
         )
-        tl.store(out_ptr + row, index(tl.max(tl.where(i < C, g, KEY_MIN), 0)))
-        tl.store(epoch + row, ep)
-        row += tl.num_programs(0)
-
-
-@triton.jit
-def minp_reduce(
-    box, epoch, pstride, relems, status, timeout_us, M, gbest_ptr, C,
-    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
-):  # fmt: skip
-    """min-p's first round: the row's greedy key, for :func:`minp_local`."""
-    i = tl.arange(0, CAND)
-    row = tl.program_id(0).to(tl.int64)
-    while row < M:  # a while loop: the interpreter cannot range over program ids
-        ep, _, g = _gathered(
-            box, epoch, pstride, relems, status, timeout_us, row, i, i < C, THREADS, TRAP
-        )
-        tl.store(gbest_ptr + row, tl.max(tl.where(i < C, g, KEY_MIN), 0))
+        best = tl.max(tl.where(i < C, g, KEY_MIN), 0)
+        if KEY:
+            tl.store(out_ptr + row, best)
+        else:
+            tl.store(out_ptr + row, index(best))
         tl.store(epoch + row, ep)
         row += tl.num_programs(0)
 

@@ -47,6 +47,8 @@ class Fused:
         self.col0 = rank * columns
         self.block = max(min(BLOCK, _pow2(columns)), 64)
         self.splits = -(-columns // self.block)
+        self.c = world * self.splits  # splits of a row, all ranks
+        self.cand = max(2, _pow2(self.c))  # the waiting kernels' block for them
         self.warps = WARPS if self.block >= 2048 else 4
         self.box = box
         self.trap = trap
@@ -69,8 +71,12 @@ class Fused:
         }.get(op, 1 + s * (1 + room))
 
     def _local(
-        self, fn, shard, head: tuple, mb, words: int, tail: tuple, consts: dict, warps: int = 0
-    ) -> None:
+        self, fn, shard, head: tuple, op: str, room: int, tail: tuple, consts: dict,
+        warps: int = 0,
+    ) -> Any:  # fmt: skip
+        """Launches a writer into ``op``'s mailbox (``room`` slots); returns the mailbox."""
+        words = self.words(op, room)
+        mb = self.box(words, shard.shape[0])
         x = shard if shard.stride(1) == 1 else shard.contiguous()
         args = (x, x.stride(0), *head, mb.peers, mb.epoch, mb.parity_stride, mb.row_elems)
         args += (self.rank * words, *tail, self.columns, self.col0)
@@ -79,59 +85,44 @@ class Fused:
         if "KP" in consts:  # radix keys: x's bits (16 are exact for bf16)
             consts["BITS"] = 16 if shard.dtype == torch.bfloat16 else 32
         self.launch(fn, (shard.shape[0], self.splits), args, consts, warps)
+        return mb
 
     def _final(self, fn, m: int, mb, tail: tuple, consts: dict, warps: int) -> None:
         mb.check()
         args = (mb.data, mb.epoch, mb.parity_stride, mb.row_elems, mb.status_ptr, mb.timeout_us)
-        consts = dict(consts, THREADS=32 * warps, TRAP=self.trap)
+        consts = dict(consts, CAND=self.cand, THREADS=32 * warps, TRAP=self.trap)
         grid = m if self.wait_ctas is None else min(m, self.wait_ctas)
         self.launch(fn, (grid, 1), (*args, m, *tail), consts, warps)
 
-    def _cand(self) -> int:
-        return max(2, _pow2(self.world * self.splits))
+    def _new(self, shard: torch.Tensor, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        return torch.empty(shard.shape[0], dtype=dtype, device=shard.device)
 
-    def greedy(self, shard: torch.Tensor) -> torch.Tensor:
-        m = shard.shape[0]
-        words = self.words("greedy")
-        mb = self.box(words, m)
-        self._local(self.k.greedy_local, shard, (), mb, words, (), {})
-        out = torch.empty(m, dtype=torch.int64, device=shard.device)
-        c = self.world * self.splits
-        self._final(self.f.greedy_final, m, mb, (out, c), {"CAND": self._cand()}, 1)
+    def greedy(self, shard: torch.Tensor, key: bool = False) -> torch.Tensor:
+        """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
+        mb = self._local(self.k.greedy_local, shard, (), "greedy", 0, (), {})
+        out = self._new(shard)
+        self._final(self.f.greedy_final, shard.shape[0], mb, (out, self.c), {"KEY": key}, 1)
         return out
 
     def sample(
         self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, k: int | None
     ) -> torch.Tensor:
         """``t`` fp32 ``[M]``, ``seed`` int64 ``[M]``; ``k`` None or 1..64 (fast top-k)."""
-        m = shard.shape[0]
-        dev = shard.device
-        c = self.world * self.splits
-        out = torch.empty(m, dtype=torch.int64, device=dev)
+        m, c, out = shard.shape[0], self.c, self._new(shard)
         if k is None:
-            words = self.words("sample")
-            mb = self.box(words, m)
-            self._local(self.k.sample_local, shard, (t, seed), mb, words, (), {})
-            tail = (t, seed, out, out, c, 0)
-            self._final(self.f.sample_final, m, mb, tail, {"CAND": self._cand(), "KP": 0}, 1)
+            mb = self._local(self.k.sample_local, shard, (t, seed), "sample", 0, (), {})
+            self._final(self.f.sample_final, m, mb, (t, seed, out, out, c, 0), {"KP": 0}, 1)
             return out
         # Round 1: the largest s of G column groups per split (G * c >= k) bound the
         # row's k-th from below; round 2: each split sends every element at or above it.
         g = min(64, max(8, self.room(-(-k // c))))  # <= 64 <= block, and g * c >= k
-        words = self.words("probe", g)
-        mb = self.box(words, m)
         warps = 8 if 2 * (1 + g) > 32 * self.warps else 0
-        self._local(self.k.topk_probe, shard, (t,), mb, words, (), {"G": g}, warps)
-        gbest = torch.empty(m, dtype=torch.int64, device=dev)
-        low = torch.empty(m, dtype=torch.int32, device=dev)
-        consts = {"CAND": self._cand(), "G": g}
-        self._final(self.f.topk_reduce, m, mb, (gbest, low, c, k), consts, 4)
+        mb = self._local(self.k.topk_probe, shard, (t,), "probe", g, (), {"G": g}, warps)
+        gbest, low = self._new(shard), self._new(shard, torch.int32)
+        self._final(self.f.topk_reduce, m, mb, (gbest, low, c, k), {"G": g}, 4)
         kp = self.room(k)
-        words = self.words("sample_k", kp)
-        mb = self.box(words, m)
-        self._local(self.k.topk_local, shard, (t, seed, low), mb, words, (k,), {"KP": kp})
-        consts = {"CAND": self._cand(), "KP": kp}
-        self._final(self.f.sample_final, m, mb, (t, seed, gbest, out, c, k), consts, 8)
+        mb = self._local(self.k.topk_local, shard, (t, seed, low), "sample_k", kp, (k,), {"KP": kp})
+        self._final(self.f.sample_final, m, mb, (t, seed, gbest, out, c, k), {"KP": kp}, 8)
         return out
 
     def scores(
@@ -157,19 +148,12 @@ class Fused:
     ) -> torch.Tensor:
         """min-p without top-k/top-p: greedy round for ``s_max``, then the min-p round
         (``log_min_p`` fp32 ``[M]``)."""
-        m = shard.shape[0]
-        gw = self.words("greedy")
-        gmb = self.box(gw, m)
-        self._local(self.k.greedy_local, shard, (), gmb, gw, (), {})
-        gbest = torch.empty(m, dtype=torch.int64, device=shard.device)
-        c = self.world * self.splits
-        self._final(self.f.minp_reduce, m, gmb, (gbest, c), {"CAND": self._cand()}, 1)
-        words = self.words("sample")
-        mb = self.box(words, m)
-        self._local(self.k.minp_local, shard, (t, seed, log_min_p, gbest), mb, words, (), {})
-        out = torch.empty(m, dtype=torch.int64, device=shard.device)
-        consts = {"CAND": self._cand(), "KP": 0}
-        self._final(self.f.sample_final, m, mb, (t, seed, out, out, c, 0), consts, 1)
+        gbest = self.greedy(shard, key=True)
+        head = (t, seed, log_min_p, gbest)
+        mb = self._local(self.k.minp_local, shard, head, "sample", 0, (), {})
+        out = self._new(shard)
+        tail = (t, seed, out, out, self.c, 0)
+        self._final(self.f.sample_final, shard.shape[0], mb, tail, {"KP": 0}, 1)
         return out
 
     def logprobs(
@@ -177,17 +161,12 @@ class Fused:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         m = shard.shape[0]
         npad = self.room(n) if n else 0
-        words = self.words("logprobs", npad)
-        mb = self.box(words, m)
-        self._local(self.k.logprobs_local, shard, (ids,), mb, words, (n,), {"NP": npad})
-        dev = shard.device
-        lp = torch.empty(m, dtype=torch.float32, device=dev)
-        top_ids = torch.empty(m, n, dtype=torch.int64, device=dev)
-        top_lp = torch.empty(m, n, dtype=torch.float32, device=dev)
-        tail = (ids, lp, top_ids, top_lp, self.splits, self.world * self.splits, self.columns)
-        tail += (self.world, n)
-        consts = {"CAND": self._cand(), "NP": npad}
-        self._final(self.f.logprobs_final, m, mb, tail, consts, 4 if npad else 1)
+        mb = self._local(self.k.logprobs_local, shard, (ids,), "logprobs", npad, (n,), {"NP": npad})
+        lp = self._new(shard, torch.float32)
+        top_ids = torch.empty(m, n, dtype=torch.int64, device=shard.device)
+        top_lp = torch.empty(m, n, dtype=torch.float32, device=shard.device)
+        tail = (ids, lp, top_ids, top_lp, self.splits, self.c, self.columns, self.world, n)
+        self._final(self.f.logprobs_final, m, mb, tail, {"NP": npad}, 4 if npad else 1)
         return lp, top_ids, top_lp
 
 

@@ -168,7 +168,7 @@ def minp_local(
     x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride, relems,
     own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    """min-p after :func:`minp_reduce`: [global greedy key, best score key among
+    """min-p after :func:`.finals.greedy_final`: [global greedy key, best score key among
     ``(s - s_max) >= log(min_p)``] with ``s_max = x_max / T``; the sample format."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
     gbest = tl.load(gbest_ptr + row)

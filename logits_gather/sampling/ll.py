@@ -74,32 +74,19 @@ def _element(half, ep):
 
 
 @triton.jit
+def _st_all(peers, rowoff, at, value, mask, WORLD: tl.constexpr):
+    """:func:`_st` of ``value`` at element offsets ``rowoff + at`` on every rank."""
+    for p in tl.static_range(WORLD):
+        _st(tl.load(peers + p).to(tl.pointer_type(tl.int64)) + rowoff + at, value, mask)
+
+
+@triton.jit
 def put(peers, rowoff, off, words, mask, ep, WORLD: tl.constexpr):
     """Stores 64-bit ``words`` (any shape) at word offsets ``off`` of row offset ``rowoff``
     (elements, see :func:`row_offset`) in every rank's mailbox (``peers``: int64
     ``[WORLD]`` base addresses)."""
-    lo = _element(words, ep)
-    hi = _element(words >> 32, ep)
-    for p in tl.static_range(WORLD):
-        base = tl.load(peers + p).to(tl.pointer_type(tl.int64)) + rowoff
-        _st(base + 2 * off, lo, mask)
-        _st(base + 2 * off + 1, hi, mask)
-
-
-@triton.jit
-def put_few(
-    peers, rowoff, off, w0, w1, ep, NW: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr
-):
-    """Stores ``NW`` (1 or 2) scalar words at word offsets ``off, off + 1`` on every rank,
-    one thread per element (a scalar store would run in every thread)."""
-    i = tl.arange(0, THREADS)
-    half = tl.where(i % 2 == 0, w0, w0 >> 32)
-    if NW > 1:
-        half = tl.where(i // 2 == 1, tl.where(i % 2 == 0, w1, w1 >> 32), half)
-    value = _element(half, ep)
-    for p in tl.static_range(WORLD):
-        base = tl.load(peers + p).to(tl.pointer_type(tl.int64)) + rowoff
-        _st(base + 2 * off + i, value, i < 2 * NW)
+    _st_all(peers, rowoff, 2 * off, _element(words, ep), mask, WORLD)
+    _st_all(peers, rowoff, 2 * off + 1, _element(words >> 32, ep), mask, WORLD)
 
 
 @triton.jit
@@ -122,10 +109,18 @@ def put_lanes(peers, rowoff, off, lanes, nwords, ep, WORLD: tl.constexpr, THREAD
     """Stores words ``0 .. nwords - 1`` of ``lanes`` at word offset ``off`` on every rank,
     one thread per element."""
     i = tl.arange(0, THREADS)
-    value = _element(lanes, ep)
-    for p in tl.static_range(WORLD):
-        base = tl.load(peers + p).to(tl.pointer_type(tl.int64)) + rowoff
-        _st(base + 2 * off + i, value, i < 2 * nwords)
+    _st_all(peers, rowoff, 2 * off + i, _element(lanes, ep), i < 2 * nwords, WORLD)
+
+
+@triton.jit
+def put_few(
+    peers, rowoff, off, w0, w1, ep, NW: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr
+):
+    """Stores ``NW`` (1 or 2) scalar words at word offsets ``off, off + 1`` on every rank."""
+    lanes = lane_word(lanes_init(THREADS), 0, w0, THREADS)
+    if NW > 1:
+        lanes = lane_word(lanes, 1, w1, THREADS)
+    put_lanes(peers, rowoff, off, lanes, NW, ep, WORLD, THREADS)
 
 
 @triton.jit

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from .. import symmetric
 from ..checks import PeerTimeoutError, agree
+from . import exchange
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class Mailboxes:
         mb = self._boxes.get(words)
         if mb is not None and mb.capacity >= rows:
             return mb
-        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if exchange._capturing(self.device):
             raise RuntimeError(
                 f"logits_gather.sampling: no mailbox of {words} words for {rows} rows; it "
                 "is built collectively on first use, which cannot happen inside CUDA graph "
