@@ -24,6 +24,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from logits_gather.sampling import finals, fused, kernels, keys, launcher, reference  # noqa: E402
+from tests.emulated import Box  # noqa: E402
+
+CPU = torch.device("cpu")
 
 
 @triton.jit
@@ -56,23 +59,6 @@ def _locked(self, *args):
 launcher.Launcher.__call__ = _locked
 
 
-class FakeBox:
-    """One rank's CPU mailbox; ``peers`` lists every rank's (see :func:`boxes`)."""
-
-    def __init__(self, words: int, capacity: int) -> None:
-        self.words, self.capacity = words, capacity
-        self.row_elems = 2 * words
-        self.parity_stride = capacity * self.row_elems
-        self.data = torch.zeros(2 * self.parity_stride, dtype=torch.int64)
-        self.epoch = torch.zeros(capacity, dtype=torch.int32)
-        self.status = torch.zeros(4, dtype=torch.int32)
-        self.status_ptr = self.status.data_ptr()
-        self.timeout_us = 10**6
-
-    def check(self) -> None:
-        assert int(self.status[0]) == 0, self.status
-
-
 def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
     gen = torch.Generator().manual_seed(seed)
     v = n * world
@@ -97,16 +83,16 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
     fails = 0
     ops = [("greedy", None), ("sample", None)] + [("sample_k", k) for k in (1, 3, 20, 64)]
     ops += [("logprobs", n_) for n_ in (0, 1, 5)] + [("minp", mp) for mp in (0.05, 0.5, 1.0)]
-    boxes: dict[int, list[FakeBox]] = {}
+    boxes: dict[int, list[Box]] = {}
 
     def box_for(rank: int):
-        def box(words: int, rows: int) -> FakeBox:
+        def box(words: int, rows: int) -> Box:
             with _LOCK:
                 return made_for(words)[rank]
 
-        def made_for(words: int) -> list[FakeBox]:
+        def made_for(words: int) -> list[Box]:
             if words not in boxes:
-                made = [FakeBox(words * world, 8) for _ in range(world)]
+                made = [Box(words * world, 8, CPU, 1.0) for _ in range(world)]
                 table = torch.tensor([b.data.data_ptr() for b in made], dtype=torch.int64)
                 for b in made:
                     b.peers = table

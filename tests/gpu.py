@@ -112,3 +112,29 @@ def all_ranks_ok(ok: bool, message: str) -> None:
     dist.all_gather_object(flags, (ok, message))
     bad = [f"rank {r}: {m}" for r, (o, m) in enumerate(flags) if not o]
     assert not bad, "; ".join(bad)
+
+
+def adversarial_logits(
+    seed: int, m: int, n: int, world: int, dtype: torch.dtype, dev: torch.device
+) -> torch.Tensor:
+    """Random logits (the same on every rank) with adversarial rows at the top."""
+    v = n * world
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    x = torch.randn(m, v, device=dev, generator=gen).mul_(3)
+    few = torch.randint(-4, 4, (m, v), device=dev, generator=gen).float()
+    for i in range(min(m, 8)):
+        case = i % 8
+        if case == 0:
+            x[i] = float("-inf")
+        elif case == 1:
+            x[i, [5 * n // 2 % v, (n + 1) % v]] = float("nan")
+        elif case == 2:  # the same maximum at every shard's first and last column
+            x[i, [c for b in range(0, v, n) for c in (b, b + n - 1)]] = 50.0
+        elif case == 3:
+            x[i, [3, v - 1]] = float("inf")
+        elif case in (4, 5):  # few distinct values: top-p and top-k cut inside runs
+            x[i] = few[i] * (0.5 if case == 4 else 3.0)
+        elif case == 6:  # one dominant logit and a long equal tail
+            x[i] = -2.0
+            x[i, (i * 7919) % v] = 6.0
+    return x.to(dtype)

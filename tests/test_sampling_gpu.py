@@ -18,7 +18,14 @@ import pytest
 import torch
 
 from tests.dist import run_ranks
-from tests.gpu import delay_random_rank, needs_gpu, placement_env, placements, rank_device
+from tests.gpu import (
+    adversarial_logits,
+    delay_random_rank,
+    needs_gpu,
+    placement_env,
+    placements,
+    rank_device,
+)
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 
@@ -72,32 +79,6 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _logits(
-    seed: int, m: int, n: int, world: int, dtype: torch.dtype, dev: torch.device
-) -> torch.Tensor:
-    """Random logits (the same on every rank) with adversarial rows at the top."""
-    v = n * world
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    x = torch.randn(m, v, device=dev, generator=gen).mul_(3)
-    few = torch.randint(-4, 4, (m, v), device=dev, generator=gen).float()
-    for i in range(min(m, 8)):
-        case = i % 8
-        if case == 0:
-            x[i] = float("-inf")
-        elif case == 1:
-            x[i, [5 * n // 2 % v, (n + 1) % v]] = float("nan")
-        elif case == 2:  # the same maximum at every shard's first and last column
-            x[i, [c for b in range(0, v, n) for c in (b, b + n - 1)]] = 50.0
-        elif case == 3:
-            x[i, [3, v - 1]] = float("inf")
-        elif case in (4, 5):  # few distinct values: top-p and top-k cut inside runs
-            x[i] = few[i] * (0.5 if case == 4 else 3.0)
-        elif case == 6:  # one dominant logit and a long equal tail
-            x[i] = -2.0
-            x[i, (i * 7919) % v] = 6.0
-    return x.to(dtype)
-
-
 def _filters(rng: random.Random, m: int, dev: torch.device) -> list[dict]:
     def col(values):
         return torch.tensor([rng.choice(values) for _ in range(m)], device=dev)
@@ -135,7 +116,7 @@ def _eager(rank: int, world: int, seed: int, placement: str) -> str:
     rng = random.Random(seed)
     for it in range(5):
         m, dtype = rng.randint(1, 256), DTYPES[it % 3]
-        full = _logits(seed + it, m, n, world, dtype, dev)
+        full = adversarial_logits(seed + it, m, n, world, dtype, dev)
         shard = full[:, rank * n : (rank + 1) * n].contiguous()
         temp = torch.tensor([rng.choice([0.0, 0.6, 1.0, 1.7]) for _ in range(m)], device=dev)
         seeds = torch.tensor([rng.randrange(-(2**63), 2**63) for _ in range(m)], device=dev)
@@ -186,7 +167,7 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
     min_p = torch.empty(m, device=dev)
 
     def fill(i: int) -> torch.Tensor:
-        full = _logits(seed + i, m, n, world, torch.bfloat16, dev)
+        full = adversarial_logits(seed + i, m, n, world, torch.bfloat16, dev)
         gen = torch.Generator(device=dev).manual_seed(seed + 1000 + i)
         shard.copy_(full[:, rank * n : (rank + 1) * n])
         u = torch.rand(m, device=dev, generator=gen)

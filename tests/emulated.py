@@ -1,0 +1,140 @@
+"""Ranks of the fused sampling path emulated in one process.
+
+Each emulated rank has its own :class:`~logits_gather.sampling.fused.Fused` and its
+own copy of every mailbox; every copy's peer table lists all ranks' copies, so the
+real kernels run the real exchange. On a GPU each rank launches on its own CUDA
+stream: a rank's waiting kernel spins while the other ranks' writers run, as it
+does across processes, and its grid is bounded so the writers always find room.
+What this leaves out: processes, symmetric memory and NVLink (every copy is on one
+GPU). What it adds: thousands of calls in seconds, at any tp's geometry, on one GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from logits_gather.sampling import fused
+
+
+class Box:
+    """One rank's copy of a mailbox (the attributes the fused kernels read)."""
+
+    def __init__(self, words: int, capacity: int, device: torch.device, timeout_s: float) -> None:
+        self.words, self.capacity = words, capacity
+        self.row_elems = 2 * words
+        self.parity_stride = capacity * self.row_elems
+        self.data = torch.zeros(2 * self.parity_stride, dtype=torch.int64, device=device)
+        self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
+        pinned = device.type == "cuda"
+        self.status = torch.zeros(4, dtype=torch.int32, pin_memory=pinned)
+        self.status_ptr = self.status.data_ptr()
+        self._words = (ctypes.c_int32 * 4).from_address(self.status_ptr)
+        self.timeout_us = max(1, int(timeout_s * 1e6))
+        self.peers: torch.Tensor | None = None
+
+    def check(self) -> None:
+        if self._words[0]:
+            raise AssertionError(f"an emulated rank timed out: status {list(self._words)}")
+
+
+class Ranks:
+    """``world`` emulated ranks over ``columns`` columns each, rows up to ``capacity``."""
+
+    def __init__(
+        self,
+        world: int,
+        columns: int,
+        capacity: int,
+        device: torch.device,
+        *,
+        timeout_s: float = 20.0,
+        wait_ctas: int | None = None,
+    ) -> None:
+        self.world, self.columns, self.capacity, self.device = world, columns, capacity, device
+        self.timeout_s = timeout_s
+        self._boxes: dict[int, list[Box]] = {}
+        if wait_ctas is None and device.type == "cuda":  # 0: one CTA per row
+            sms = torch.cuda.get_device_properties(device).multi_processor_count
+            wait_ctas = max(1, sms // (2 * world))  # half the SMs wait, the rest write
+        self.fused = [
+            fused.Fused(columns, world, r, self._box_for(r), False, wait_ctas or None, device.index)
+            for r in range(world)
+        ]
+        cuda = device.type == "cuda"
+        self.streams = [torch.cuda.Stream(device) if cuda else None for _ in range(world)]
+
+    def _box_for(self, rank: int) -> Callable[[int, int], Box]:
+        def box(words: int, rows: int) -> Box:
+            assert rows <= self.capacity, (rows, self.capacity)
+            if words not in self._boxes:
+                made = [
+                    Box(words * self.world, self.capacity, self.device, self.timeout_s)
+                    for _ in range(self.world)
+                ]
+                table = torch.tensor(
+                    [b.data.data_ptr() for b in made], dtype=torch.int64, device=self.device
+                )
+                for b in made:
+                    b.peers = table
+                self._boxes[words] = made
+            return self._boxes[words][rank]
+
+        return box
+
+    def warm(self, call: Callable[[fused.Fused, int], Any]) -> None:
+        """Compiles and loads every kernel ``call`` launches, without any rank waiting
+        for another: each rank's waiting kernels are held back until every rank's
+        writers are enqueued (a round's writers then read unset values from the round
+        before: the results are junk). Loading a module while a kernel of the same
+        process spins waiting for it can deadlock (CUDA's lazy loading says so), so
+        call this for every operation and dtype before :meth:`run`."""
+        held: list[tuple[Callable[..., Any], tuple, torch.cuda.Stream]] = []
+        for f in self.fused:
+            real = f._final
+
+            def hold(*args: Any, real: Callable[..., Any] = real) -> None:
+                held.append((real, args, torch.cuda.current_stream(self.device)))
+
+            f._final = hold  # type: ignore[method-assign]
+        try:
+            self.run(call, check=False, after=held)
+        finally:
+            for f in self.fused:
+                del f._final
+
+    def run(
+        self,
+        call: Callable[[fused.Fused, int], Any],
+        delay: tuple[int, int] | None = None,
+        *,
+        check: bool = True,
+        after: list | None = None,
+    ) -> list[Any]:
+        """``call(fused, rank)`` for every rank, each on its own stream; ``delay``:
+        ``(rank, cycles)`` puts that rank's stream to sleep first. Waits for all."""
+        main = torch.cuda.current_stream(self.device)
+        outs = []
+        for r, (f, stream) in enumerate(zip(self.fused, self.streams, strict=True)):
+            stream.wait_stream(main)
+            with torch.cuda.stream(stream):
+                if delay is not None and delay[0] == r:
+                    torch.cuda._sleep(delay[1])
+                outs.append(call(f, r))
+        for real, args, stream in after or ():
+            with torch.cuda.stream(stream):
+                real(*args)
+        for stream in self.streams:
+            main.wait_stream(stream)
+        torch.cuda.synchronize(self.device)
+        for boxes in self._boxes.values():
+            for b in boxes:
+                if check:
+                    b.check()
+        return outs
+
+
+__all__ = ["Box", "Ranks"]

@@ -1,0 +1,121 @@
+"""The fused sampling kernels at tp 2, 4 and 8, ranks emulated in one process (GPU).
+
+Every rank's kernels run on its own stream over its own mailbox copies
+(:mod:`tests.emulated`), so one GPU checks the real kernels and exchange at any
+tp's geometry, thousands of calls in seconds. Each iteration draws a fresh M,
+dtype, temperatures (some 0) and seeds, logits whose adversarial rows (ties at a
+top-k cut, one dominant logit over an equal tail, NaN, inf, all -inf) sit at
+random rows, and delays a random rank; every rank's answer must equal the
+definition on the gathered logits. ``LOGITS_GATHER_STRESS_ITERS`` sets the
+iterations per tp (default 12). Run with ``CUDA_MODULE_LOADING=EAGER`` (the kernels are
+also loaded before any rank waits: :meth:`tests.emulated.Ranks.warm`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+from tests.emulated import Ranks
+from tests.gpu import adversarial_logits, needs_gpu
+
+pytestmark = [pytest.mark.gpu, needs_gpu]
+
+V = 151552
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+TOP_KS = (1, 2, 3, 20, 50, 64)
+TOL = 2e-5
+
+
+def _full(rng: random.Random, m: int, n: int, world: int, dtype, dev) -> torch.Tensor:
+    """Adversarial rows (see tests.gpu.adversarial_logits) at random rows, plus rows of
+    one value everywhere and rows whose top 65 values are equal."""
+    x = adversarial_logits(rng.randrange(2**31), m, n, world, torch.float32, dev)
+    x = x[torch.randperm(m, generator=torch.Generator().manual_seed(rng.randrange(2**31)))]
+    for i in range(m):
+        case = rng.randrange(10)
+        if case == 0:
+            x[i] = rng.choice([0.0, -1.5, 7.0])
+        elif case == 1:
+            cols = torch.randperm(n * world, device=dev)[:65]
+            x[i, cols] = x[i].max() + 1.0
+    return x.to(dtype)
+
+
+def _check_all(outs: list, want: torch.Tensor, what: str) -> None:
+    for r, got in enumerate(outs):
+        if not torch.equal(got, want):
+            rows = (got != want).nonzero().flatten().tolist()
+            raise AssertionError(f"{what}: rank {r} differs at rows {rows[:8]}")
+
+
+def _logprobs_ok(outs: list, want, what: str) -> None:
+    for r, (lp, top_ids, top_lp) in enumerate(outs):
+        tag = f"{what} rank {r}"
+        assert torch.equal(top_ids, want.top_ids), tag
+        nan = want.logprobs.isnan()
+        assert torch.equal(lp.isnan(), nan), tag
+        err = (lp[~nan] - want.logprobs[~nan]).abs()
+        assert bool((err <= TOL * (1 + want.logprobs[~nan].abs())).all()), tag
+        close = (top_lp - want.top_logprobs).abs() <= TOL * (1 + want.top_logprobs.abs())
+        assert bool((close | want.top_logprobs.isnan()).all()), tag
+
+
+def _iteration(
+    ranks: Ranks, rng: random.Random, it: int, m: int | None = None, warm: bool = False
+) -> None:
+    """One fresh batch through every fused operation, each with a delayed rank (with
+    ``warm``: only compiles and loads the kernels, see :meth:`Ranks.warm`)."""
+    from logits_gather.sampling import reference
+
+    world, n, dev = ranks.world, ranks.columns, ranks.device
+    m, dtype = m or rng.randint(1, ranks.capacity), DTYPES[it % 3]
+    full = _full(rng, m, n, world, dtype, dev)
+    shards = [full[:, r * n : (r + 1) * n] for r in range(world)]
+    temp = torch.tensor([rng.choice([0.0, 0.3, 0.8, 1.0, 1.7]) for _ in range(m)], device=dev)
+    seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev)
+    ids = torch.randint(0, V, (m,), device=dev)
+    min_p = torch.tensor([rng.choice([0.01, 0.1, 0.5]) for _ in range(m)], device=dev)
+    logmp = torch.log(min_p)
+    where = f"tp={world} it={it} m={m} {dtype}"
+    calls = [
+        ("greedy", lambda f, r: f.greedy(shards[r]), full.argmax(1)),
+        ("sample", lambda f, r: f.sample(shards[r], temp, seed, None),
+         reference.sample(full, temp, seed)),
+        ("min_p", lambda f, r: f.sample_minp(shards[r], temp, seed, logmp),
+         reference.sample(full, temp, seed, min_p=min_p)),
+    ]  # fmt: skip
+    for k in TOP_KS:
+        calls.append(
+            (f"top_k={k}", lambda f, r, k=k: f.sample(shards[r], temp, seed, k),
+             reference.sample(full, temp, seed, top_k=k))
+        )  # fmt: skip
+    for top_n in (0, 1, 5, 20):
+        calls.append(
+            (f"top_n={top_n}", lambda f, r, n_=top_n: f.logprobs(shards[r], ids, n_),
+             reference.logprobs(full, ids, top_n))
+        )  # fmt: skip
+    for name, call, want in calls:
+        if warm:
+            ranks.warm(call)
+            continue
+        outs = ranks.run(call, (rng.randrange(world), rng.randrange(0, 200_000)))
+        if name.startswith("top_n"):
+            _logprobs_ok(outs, want, f"{where} {name}")
+        else:
+            _check_all(outs, want, f"{where} {name}")
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_emulated_ranks_match_gathered(world: int) -> None:
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    ranks = Ranks(world, V // world, 64, dev)
+    rng = random.Random(1000 + world)
+    for it in range(len(DTYPES)):  # every kernel and dtype (M, k and n: not specialised)
+        _iteration(ranks, rng, it, 5, warm=True)
+    for it in range(int(os.environ.get("LOGITS_GATHER_STRESS_ITERS", "12"))):
+        _iteration(ranks, rng, it)
