@@ -12,29 +12,12 @@ the final's cost is the difference). No NVLink: add the exchange's latency.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 
 import torch
 
 from logits_gather.sampling import fused
-
-
-class Box:
-    def __init__(self, words: int, capacity: int, device: torch.device) -> None:
-        self.words, self.capacity = words, capacity
-        self.row_elems = 2 * words
-        self.parity_stride = capacity * self.row_elems
-        self.data = torch.zeros(2 * self.parity_stride, dtype=torch.int64, device=device)
-        self.peers = torch.tensor([self.data.data_ptr()], dtype=torch.int64, device=device)
-        self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
-        self.status = torch.zeros(4, dtype=torch.int32, pin_memory=True)
-        self.status_ptr = self.status.data_ptr()
-        self._words = (ctypes.c_int32 * 4).from_address(self.status_ptr)
-        self.timeout_us = 10**7
-
-    def check(self) -> None:
-        assert not self._words[0], list(self._words)
+from tests.emulated import Ranks
 
 
 def _time(fn, iters: int = 200, reps: int = 7) -> float:
@@ -65,7 +48,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     locals_ = {
         "greedy": (f.k.greedy_local, (), "greedy", 0, (), {}),
         "sample": (f.k.sample_local, (t, seed), "sample", 0, (), {}),
-        "topk_probe G=8": (f.k.topk_probe, (t,), "probe", 8, (), {"G": 8}),
+        "topk_probe G=8": (f.k.topk_probe, (), "probe", 8, (), {"G": 8}),
         "logprobs": (f.k.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0}),
         "logprobs_n5": (f.k.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8}),
     }
@@ -73,8 +56,16 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         out[f"{name} local"] = _time(
             lambda: f._local(fn, x, head, op, room, tail, consts)  # noqa: B023 - run at once
         )
+
+    def topk_round1(k: int = 50) -> None:  # as Fused.sample: the probe and the reduce
+        g = min(64, max(8, f.room(-(-k // f.wide.c))))
+        mb = f._local(f.k.topk_probe, x, (), "probe", g, (), {"G": g})
+        gbest, low = f._new(x), f._new(x, torch.int32)
+        f._final(f.f.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), {"G": g}, 4)
+
     whole = {
         "greedy": lambda: f.greedy(x),
+        "sample_k50 round 1": topk_round1,
         "sample": lambda: f.sample(x, t, seed, None),
         "sample_k50": lambda: f.sample(x, t, seed, 50),
         "sample_minp": lambda: f.sample_minp(x, t, seed, logmp),
@@ -91,25 +82,30 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python scripts/sampling-kernel-times.py")
     p.add_argument("--columns", type=int, default=75776)
     p.add_argument("--rows", default="1,16,64,256")
+    p.add_argument(
+        "--configs",
+        default="",
+        help="comma-separated BLOCKxWARPS launch geometries, each given to every operation, "
+        "timed in this order in one process (default: the sampler's own geometries)",
+    )
     args = p.parse_args()
     device = torch.device("cuda")
     rows = [int(m) for m in args.rows.split(",")]
-    boxes: dict[int, Box] = {}
-
-    def box(words: int, m: int) -> Box:
-        if words not in boxes:
-            boxes[words] = Box(words, max(rows), device)
-        return boxes[words]
-
-    f = fused.Fused(args.columns, 1, 0, box, trap=True)
-    print(f"columns={args.columns} block={f.block} splits={f.splits} (us, graph replay)")
-    print(f"{'operation':<24}" + "".join(f"{'M=' + str(m):>10}" for m in rows))
-    table: dict[str, list[float]] = {}
-    for m in rows:
-        for name, us in _times(f, m, args.columns, device).items():
-            table.setdefault(name, []).append(us)
-    for name, values in table.items():
-        print(f"{name:<24}" + "".join(f"{v:>10.1f}" for v in values))
+    warm = torch.randn(4096, 4096, device=device)
+    for _ in range(50):  # a busy GPU first, so the first configuration is not timed cold
+        warm @ warm
+    for config in args.configs.split(",") if args.configs else [None]:
+        if config is not None:
+            fused.WIDE = fused.NARROW = tuple(int(v) for v in config.split("x"))
+        f = Ranks(1, args.columns, max(rows), device, wait_ctas=0).fused[0]
+        print(f"columns={args.columns} wide={f.wide} narrow={f.narrow} (us, graph replay)")
+        print(f"{'operation':<24}" + "".join(f"{'M=' + str(m):>10}" for m in rows))
+        table: dict[str, list[float]] = {}
+        for m in rows:
+            for name, us in _times(f, m, args.columns, device).items():
+                table.setdefault(name, []).append(us)
+        for name, values in table.items():
+            print(f"{name:<24}" + "".join(f"{v:>10.1f}" for v in values))
 
 
 if __name__ == "__main__":

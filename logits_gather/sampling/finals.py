@@ -14,7 +14,7 @@ from triton.language.extra import libdevice
 
 from . import ll
 from .kernels import _target
-from .keys import KEY_MIN, index, key, kth_largest, nlnl, row_key, value
+from .keys import KEY_MIN, index, key, kth_largest, nlnl, ordered32, ordered_value, row_key, value
 
 
 @triton.jit
@@ -30,7 +30,7 @@ def _gathered(
     return ep, box + off, words
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def greedy_final(
     box, epoch, pstride, relems, status, timeout_us, M, out_ptr, C,
     CAND: tl.constexpr, KEY: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
@@ -52,12 +52,14 @@ def greedy_final(
         row += tl.num_programs(0)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "k"])
 def topk_reduce(
-    box, epoch, pstride, relems, status, timeout_us, M, gbest_ptr, low_ptr, C, k,
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, gbest_ptr, low_ptr, C, k,
     CAND: tl.constexpr, G: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
-    """Top-k, between the rounds: the row's greedy key and the bound (ordered s)."""
+    """Top-k, between the rounds: the row's greedy key and the bound, ``ordered32`` of
+    ``x_b / T`` where ``x_b`` is the k-th largest group maximum of x; the lowest int32
+    when fewer than k groups hold a column (no bound: every element is a candidate)."""
     c = tl.arange(0, CAND)
     ok = c < C
     row = tl.program_id(0).to(tl.int64)
@@ -70,10 +72,13 @@ def topk_reduce(
         sent = ll.wait(rowbox, at, (e // G) < C, ep, timeout_us, status, THREADS, TRAP)
         valid = ((e // G) < C) & (sent != KEY_MIN)
         u = ((sent >> 32).to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
-        kk = tl.minimum(k, tl.sum(valid.to(tl.int32), 0))
-        bound = kth_largest(u, valid, tl.maximum(kk, 1), 32) ^ 0x80000000
+        count = tl.sum(valid.to(tl.int32), 0)
+        kk = tl.minimum(k, count)
+        xb = ordered_value(kth_largest(u, valid, tl.maximum(kk, 1), 32) ^ 0x80000000)
+        t = tl.load(t_ptr + row)
+        low = ordered32(tl.math.div_rn(xb, tl.where(t > 0.0, t, 1.0)))
         tl.store(gbest_ptr + row, tl.max(tl.where(ok, gx, KEY_MIN), 0))
-        tl.store(low_ptr + row, bound.to(tl.int32, bitcast=True))
+        tl.store(low_ptr + row, tl.where(count >= k, low, -0x7FFFFFFF - 1))
         tl.store(epoch + row, ep)
         row += tl.num_programs(0)
 
@@ -84,7 +89,7 @@ def _use_greedy(t, gbest):
     return (t == 0.0) | (smax != smax) | (tl.abs(smax) == float("inf"))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "k"])
 def sample_final(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, gbest_ptr, out_ptr,
     C, k, CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
@@ -141,7 +146,7 @@ def _sample_row(
     tl.store(epoch + row, ep)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "n"])
 def logprobs_final(
     box, epoch, pstride, relems, status, timeout_us, M, ids_ptr, lp_ptr, top_ids_ptr,
     top_lp_ptr, S, C, N, W, n, CAND: tl.constexpr, NP: tl.constexpr, THREADS: tl.constexpr,

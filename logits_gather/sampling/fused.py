@@ -1,31 +1,60 @@
 """The fused GPU path: two Triton kernels per operation, the exchange inside them.
 
-The shard is cut into ``S = ceil(N / BLOCK)`` splits of ``BLOCK`` columns. The
+The shard is cut into ``S = ceil(N / block)`` splits of ``block`` columns. The
 local kernel's program ``(row, split)`` stores its words straight into every
 rank's mailbox; the final kernel waits for all ranks' words of its row and
 reduces them (word layouts: :mod:`.kernels`; the exchange: :mod:`.ll`). min-p
 alone takes two rounds (the row maximum first): four launches. Nothing here
 allocates but the outputs; no host sync.
+
+Each operation has one launch geometry (the same on every rank; its mailbox layout
+follows from it). The noise-heavy writers (sampling, min-p, the filter path's
+scores, logprobs with ``top_n``) run :data:`NARROW` (2048 columns, 4 warps): at
+tp=2 on an H200 their local kernels took 20.8 us at M=64 against 26.2 us at 4096 x 8
+(``scripts/sampling-kernel-times.py``, benchmarks/NOTES.md). The others run
+:data:`WIDE`: greedy and plain logprobs gain nothing from more CTAs, and top-k's
+final kernel scores every split's candidate slots, so fewer splits serve it better.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from .launcher import Launcher
 
-BLOCK = 4096
-WARPS = 8
+WIDE = (4096, 8)
+"""(columns per split, warps) of greedy, plain logprobs and top-k."""
+NARROW = (2048, 4)
+"""(columns per split, warps) of sampling, min-p, the scores and logprobs with top_n."""
 
 
 def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+class Geometry(NamedTuple):
+    """How one operation cuts a row: ``splits`` of ``block`` columns per rank, local
+    kernels of ``warps`` warps, ``c`` splits over all ranks, ``cand`` = the waiting
+    kernels' block over them (a power of two >= c)."""
+
+    block: int
+    splits: int
+    warps: int
+    c: int
+    cand: int
+
+    @classmethod
+    def of(cls, columns: int, world: int, block: int, warps: int) -> Geometry:
+        block = max(min(block, _pow2(columns)), 64)
+        warps = warps if block >= 2048 else min(warps, 4)
+        splits = -(-columns // block)
+        return cls(block, splits, warps, world * splits, max(2, _pow2(world * splits)))
+
+
 class Fused:
-    """Launch geometry of one sampler (``columns`` per rank, ``world`` ranks) and its
+    """Launch geometries of one sampler (``columns`` per rank, ``world`` ranks) and its
     launches. ``box(words, rows)`` returns the mailbox for rows of ``words`` words per
     rank (collective when it has to build one); ``wait_ctas`` bounds the waiting
     kernels' grids; ``index`` is the CUDA device the launches go to."""
@@ -45,11 +74,8 @@ class Fused:
         self.k, self.f = kernels, finals
         self.columns, self.world, self.rank = columns, world, rank
         self.col0 = rank * columns
-        self.block = max(min(BLOCK, _pow2(columns)), 64)
-        self.splits = -(-columns // self.block)
-        self.c = world * self.splits  # splits of a row, all ranks
-        self.cand = max(2, _pow2(self.c))  # the waiting kernels' block for them
-        self.warps = WARPS if self.block >= 2048 else 4
+        self.wide = Geometry.of(columns, world, *WIDE)
+        self.narrow = Geometry.of(columns, world, *NARROW)
         self.box = box
         self.trap = trap
         self.wait_ctas = wait_ctas
@@ -60,9 +86,15 @@ class Fused:
         """Candidate slots for ``k`` (power of two, >= 2)."""
         return max(2, _pow2(k))
 
+    def geometry(self, op: str, room: int = 0) -> Geometry:
+        """The geometry of ``op`` (``logprobs`` with ``room`` top-n slots)."""
+        if op in ("sample", "scores") or (op == "logprobs" and room):
+            return self.narrow
+        return self.wide
+
     def words(self, op: str, room: int = 0) -> int:
         """Words per rank and row of ``op``'s mailbox."""
-        s = self.splits
+        s = self.geometry(op, room).splits
         return {
             "greedy": s,
             "sample": 2 * s,
@@ -75,22 +107,24 @@ class Fused:
         warps: int = 0,
     ) -> Any:  # fmt: skip
         """Launches a writer into ``op``'s mailbox (``room`` slots); returns the mailbox."""
+        geo = self.geometry(op, room)
         words = self.words(op, room)
         mb = self.box(words, shard.shape[0])
         x = shard if shard.stride(1) == 1 else shard.contiguous()
         args = (x, x.stride(0), *head, mb.peers, mb.epoch, mb.parity_stride, mb.row_elems)
         args += (self.rank * words, *tail, self.columns, self.col0)
-        warps = warps or self.warps
-        consts = dict(consts, BLOCK=self.block, WORLD=self.world, THREADS=32 * warps)
+        warps = warps or geo.warps
+        consts = dict(consts, BLOCK=geo.block, WORLD=self.world, THREADS=32 * warps)
         if "KP" in consts:  # radix keys: x's bits (16 are exact for bf16)
             consts["BITS"] = 16 if shard.dtype == torch.bfloat16 else 32
-        self.launch(fn, (shard.shape[0], self.splits), args, consts, warps)
+        self.launch(fn, (shard.shape[0], geo.splits), args, consts, warps)
         return mb
 
-    def _final(self, fn, m: int, mb, tail: tuple, consts: dict, warps: int) -> None:
+    def _final(self, fn, m: int, mb, tail: tuple, consts: dict, warps: int, geo=None) -> None:
         mb.check()
         args = (mb.data, mb.epoch, mb.parity_stride, mb.row_elems, mb.status_ptr, mb.timeout_us)
-        consts = dict(consts, CAND=self.cand, THREADS=32 * warps, TRAP=self.trap)
+        cand = (geo or self.wide).cand
+        consts = dict(consts, CAND=cand, THREADS=32 * warps, TRAP=self.trap)
         grid = m if self.wait_ctas is None else min(m, self.wait_ctas)
         self.launch(fn, (grid, 1), (*args, m, *tail), consts, warps)
 
@@ -101,25 +135,28 @@ class Fused:
         """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
         mb = self._local(self.k.greedy_local, shard, (), "greedy", 0, (), {})
         out = self._new(shard)
-        self._final(self.f.greedy_final, shard.shape[0], mb, (out, self.c), {"KEY": key}, 1)
+        c = self.wide.c
+        self._final(self.f.greedy_final, shard.shape[0], mb, (out, c), {"KEY": key}, 1)
         return out
 
     def sample(
         self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, k: int | None
     ) -> torch.Tensor:
         """``t`` fp32 ``[M]``, ``seed`` int64 ``[M]``; ``k`` None or 1..64 (fast top-k)."""
-        m, c, out = shard.shape[0], self.c, self._new(shard)
+        m, out = shard.shape[0], self._new(shard)
         if k is None:
             mb = self._local(self.k.sample_local, shard, (t, seed), "sample", 0, (), {})
-            self._final(self.f.sample_final, m, mb, (t, seed, out, out, c, 0), {"KP": 0}, 1)
+            tail = (t, seed, out, out, self.narrow.c, 0)
+            self._final(self.f.sample_final, m, mb, tail, {"KP": 0}, 1, self.narrow)
             return out
-        # Round 1: the largest s of G column groups per split (G * c >= k) bound the
+        # Round 1: the largest x of G column groups per split (G * c >= k) bound the
         # row's k-th from below; round 2: each split sends every element at or above it.
+        c = self.wide.c
         g = min(64, max(8, self.room(-(-k // c))))  # <= 64 <= block, and g * c >= k
-        warps = 8 if 2 * (1 + g) > 32 * self.warps else 0
-        mb = self._local(self.k.topk_probe, shard, (t,), "probe", g, (), {"G": g}, warps)
+        warps = 8 if 2 * (1 + g) > 32 * self.wide.warps else 0
+        mb = self._local(self.k.topk_probe, shard, (), "probe", g, (), {"G": g}, warps)
         gbest, low = self._new(shard), self._new(shard, torch.int32)
-        self._final(self.f.topk_reduce, m, mb, (gbest, low, c, k), {"G": g}, 4)
+        self._final(self.f.topk_reduce, m, mb, (t, gbest, low, c, k), {"G": g}, 4)
         kp = self.room(k)
         mb = self._local(self.k.topk_local, shard, (t, seed, low), "sample_k", kp, (k,), {"KP": kp})
         self._final(self.f.sample_final, m, mb, (t, seed, gbest, out, c, k), {"KP": kp}, 8)
@@ -130,16 +167,16 @@ class Fused:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(s, g)`` fp32 ``[M, N]`` for the filter path, in one kernel (bit-identical to
         :func:`.rng.perturbed`)."""
-        m = shard.shape[0]
+        m, geo = shard.shape[0], self.geometry("scores")
         x = shard if shard.stride(1) == 1 else shard.contiguous()
         s = torch.empty(m, self.columns, dtype=torch.float32, device=shard.device)
         g = torch.empty_like(s)
         self.launch(
             self.k.scores_kernel,
-            (m, self.splits),
+            (m, geo.splits),
             (x, x.stride(0), t, seed, s, g, self.columns, self.col0),
-            {"BLOCK": self.block},
-            self.warps,
+            {"BLOCK": geo.block},
+            geo.warps,
         )
         return s, g
 
@@ -152,8 +189,8 @@ class Fused:
         head = (t, seed, log_min_p, gbest)
         mb = self._local(self.k.minp_local, shard, head, "sample", 0, (), {})
         out = self._new(shard)
-        tail = (t, seed, out, out, self.c, 0)
-        self._final(self.f.sample_final, shard.shape[0], mb, tail, {"KP": 0}, 1)
+        tail = (t, seed, out, out, self.narrow.c, 0)
+        self._final(self.f.sample_final, shard.shape[0], mb, tail, {"KP": 0}, 1, self.narrow)
         return out
 
     def logprobs(
@@ -161,13 +198,15 @@ class Fused:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         m = shard.shape[0]
         npad = self.room(n) if n else 0
+        geo = self.geometry("logprobs", npad)
         mb = self._local(self.k.logprobs_local, shard, (ids,), "logprobs", npad, (n,), {"NP": npad})
         lp = self._new(shard, torch.float32)
         top_ids = torch.empty(m, n, dtype=torch.int64, device=shard.device)
         top_lp = torch.empty(m, n, dtype=torch.float32, device=shard.device)
-        tail = (ids, lp, top_ids, top_lp, self.splits, self.c, self.columns, self.world, n)
-        self._final(self.f.logprobs_final, m, mb, tail, {"NP": npad}, 4 if npad else 1)
+        tail = (ids, lp, top_ids, top_lp, geo.splits, geo.c, self.columns, self.world, n)
+        warps = 4 if npad else 1
+        self._final(self.f.logprobs_final, m, mb, tail, {"NP": npad}, warps, geo)
         return lp, top_ids, top_lp
 
 
-__all__ = ["BLOCK", "Fused"]
+__all__ = ["NARROW", "WIDE", "Fused", "Geometry"]

@@ -31,8 +31,11 @@ from triton.language.extra import libdevice
 from . import ll
 from .keys import (
     KEY_MIN,
+    argmax_key,
     best_key,
     key,
+    max_or_nan,
+    ordered,
     ordered32,
     radix_bits,
     row_key,
@@ -53,7 +56,7 @@ def noise_kernel(seed_ptr, t_ptr, x_ptr, out_ptr, N, BLOCK: tl.constexpr):
     tl.store(out_ptr + row * N + cols, g, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["col0"])
 def scores_kernel(x_ptr, x_stride, t_ptr, seed_ptr, s_ptr, g_ptr, N, col0, BLOCK: tl.constexpr):
     """The filter path's elementwise pass: ``s = x / T`` and ``g = s - log(-log(u))``
     (``T`` 0 read as 1), fp32 ``[M, N]`` contiguous outputs, global columns from ``col0``."""
@@ -82,7 +85,7 @@ def _target(epoch, pstride, relems, row):
     return ep, ll.row_offset(pstride, relems, row, ep)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["own", "col0"])
 def greedy_local(
     x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
@@ -93,42 +96,55 @@ def greedy_local(
     ll.put_few(peers, off, own + tl.program_id(1), best, best, ep, 1, WORLD, THREADS)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["own", "col0"])
 def sample_local(
     x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    """Plain sampling: [greedy key, best score key]."""
+    """Plain sampling: [greedy word, best score key]. The greedy word is the exact greedy
+    key where the row may be greedy (T == 0, a NaN or +inf, an overflowing x / T, or
+    this split all -inf); elsewhere its value part alone (the split's x max) is exact,
+    which is all the final kernel reads of it (see :func:`.finals._use_greedy`)."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
-    gx = best_key(x, gidx, mask)
-    s, g = scores(x, tl.load(t_ptr + row), row_key(tl.load(seed_ptr + row)), gidx)
-    best = best_key(g, gidx, mask)
+    t = tl.load(t_ptr + row)
+    if t == 0.0:  # a greedy row: no noise
+        gx = best_key(x, gidx, mask)
+        best = gx
+    else:
+        g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)[1]
+        best = argmax_key(g, gidx, mask)  # NaN only where the row is greedy
+        xmax = max_or_nan(x, mask)
+        gx = ordered(xmax) << 32
+        if (xmax != xmax) | (tl.abs(xmax) == float("inf")) | (value(best) == float("inf")):
+            gx = best_key(x, gidx, mask)
     ep, off = _target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + tl.program_id(1) * 2, gx, best, ep, 2, WORLD, THREADS)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["own", "col0"])
 def topk_probe(
-    x_ptr, x_stride, t_ptr, peers, epoch, pstride, relems, own, N, col0,
+    x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    """Top-k, round 1: [greedy key, the largest s key of each of ``G`` column groups].
-    With ``G * splits >= k`` these are at least k distinct elements, so their k-th
-    largest is at most the row's k-th largest s: round 2's lower bound."""
+    """Top-k, round 1: [greedy key, the largest x of each of ``G`` column groups as
+    ``ordered32(x) << 32``]. Their k-th largest is at most the row's k-th largest x when
+    at least k groups hold a column, and ``x / T`` is monotone, so its ``/ T`` bounds
+    the row's k-th largest s from below: round 2's bound (:func:`.finals.topk_reduce`)."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
-    t = tl.load(t_ptr + row)
-    s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
-    keys = tl.where(mask, key(s, gidx), KEY_MIN)
-    tops = tl.max(tl.reshape(keys, [G, BLOCK // G]), 1)
+    h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
+    tops = tl.max(tl.reshape(h, [G, BLOCK // G]), 1)
+    top = tl.max(tops, 0)
+    j = tl.min(tl.where(mask & (h == top), gidx, 0x7FFFFFFF), 0).to(tl.int64)
     i = tl.arange(0, THREADS)
-    word = tl.gather(tops, tl.minimum(tl.maximum(i // 2 - 1, 0), G - 1), 0)
-    lanes = tl.where(i % 2 == 0, word, word >> 32)
-    lanes = ll.lane_word(lanes, 0, best_key(x, gidx, mask), THREADS)
+    word = tl.gather(tops, tl.minimum(tl.maximum(i // 2 - 1, 0), G - 1), 0).to(tl.int64)
+    lanes = tl.where(i % 2 == 0, 0, word)  # low half 0, high half the ordered x
+    gkey = (top.to(tl.int64) << 32) | (0xFFFFFFFF - j)
+    lanes = ll.lane_word(lanes, 0, gkey, THREADS)
     ep, off = _target(epoch, pstride, relems, row)
     ll.put_lanes(peers, off, own + tl.program_id(1) * (1 + G), lanes, 1 + G, ep, WORLD, THREADS)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["own", "k", "col0"])
 def topk_local(
     x_ptr, x_stride, t_ptr, seed_ptr, low_ptr, peers, epoch, pstride, relems, own, k, N,
     col0, BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr,
@@ -163,7 +179,7 @@ def topk_local(
     ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["own", "col0"])
 def minp_local(
     x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride, relems,
     own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
@@ -176,12 +192,12 @@ def minp_local(
     smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
     s, g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)
     keep = mask & ((s - smax) >= tl.load(logmp_ptr + row))
-    best = best_key(g, gidx, keep)
+    best = argmax_key(g, gidx, keep)  # a NaN s is never kept
     ep, off = _target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + tl.program_id(1) * 2, gbest, best, ep, 2, WORLD, THREADS)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["own", "n", "col0"])
 def logprobs_local(
     x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
     BLOCK: tl.constexpr, NP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
@@ -206,13 +222,15 @@ def logprobs_local(
         v = tl.load(x_ptr + row * x_stride + local, mask=mine, other=float("nan")).to(tl.float32)
         bits = v.to(tl.int32, bitcast=True).to(tl.int64)
         ll.put_few(peers, off, own, bits, bits, ep, 1, WORLD, THREADS)
-    if NP > 0:  # the n largest keys, one block-wide max of the 64-bit keys at a time
+    if NP > 0:  # the n largest keys: the largest ordered x, then its lowest column
         lanes = ll.lanes_init(THREADS)
-        keys = tl.where(mask, key(x, gidx), KEY_MIN)
+        h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
         q = 0
         while q < n:
-            best = tl.max(keys, 0)
-            lanes = ll.lane_word(lanes, q, best, THREADS)
-            keys = tl.where(keys == best, KEY_MIN, keys)
+            top = tl.max(h, 0)
+            j = tl.min(tl.where(h == top, gidx, 0x7FFFFFFF), 0)
+            best = (top.to(tl.int64) << 32) | (0xFFFFFFFF - j.to(tl.int64))
+            lanes = ll.lane_word(lanes, q, tl.where(j == 0x7FFFFFFF, KEY_MIN, best), THREADS)
+            h = tl.where(gidx == j, -0x7FFFFFFF - 1, h)
             q += 1
         ll.put_lanes(peers, off, base + 1, lanes, NP, ep, WORLD, THREADS)
