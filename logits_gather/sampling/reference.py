@@ -105,12 +105,15 @@ def sample(
 
 
 def logprobs(logits: torch.Tensor, token_ids: torch.Tensor, top_n: int = 0) -> Logprobs:
-    """``log_softmax`` in fp32 at ``token_ids``; top-n by (logit desc, id asc), NaN first."""
+    """``log_softmax`` in fp32 at ``token_ids``; top-n by (logit desc, id asc), NaN first
+    (every NaN alike, ``-0.0`` equal to ``0.0``)."""
     xf = logits.to(torch.float32)
     lp = torch.log_softmax(xf, 1)
     token = lp.gather(1, token_ids[:, None].long())[:, 0]
     if top_n:
-        top = torch.sort(xf, dim=1, descending=True, stable=True).indices[:, :top_n]
+        # One NaN and one zero: a radix sort (CUDA's) orders NaN payloads and -0.0 apart.
+        keyed = torch.where(xf.isnan(), float("nan"), xf + 0.0)
+        top = torch.sort(keyed, dim=1, descending=True, stable=True).indices[:, :top_n]
     else:
         top = torch.empty(xf.shape[0], 0, dtype=torch.int64, device=xf.device)
     return Logprobs(token, top, lp.gather(1, top))
