@@ -34,6 +34,14 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def _warps(elements: int, most: int) -> int:
+    """Warps for a kernel whose radix select runs over ``elements`` (a power of two): at
+    most one thread per element. With more threads than elements Triton replicates each
+    element across threads; two top_k=2 results were wrong on one rank of emulated tp 4
+    and 8 runs with the top-k final kernel so replicated (benchmarks/NOTES.md)."""
+    return max(1, min(most, elements // 32))
+
+
 class Geometry(NamedTuple):
     """How one operation cuts a row: ``splits`` of ``block`` columns per rank, local
     kernels of ``warps`` warps, ``c`` splits over all ranks, ``cand`` = the waiting
@@ -48,7 +56,7 @@ class Geometry(NamedTuple):
     @classmethod
     def of(cls, columns: int, world: int, block: int, warps: int) -> Geometry:
         block = max(min(block, _pow2(columns)), 64)
-        warps = warps if block >= 2048 else min(warps, 4)
+        warps = _warps(block, warps if block >= 2048 else min(warps, 4))
         splits = -(-columns // block)
         return cls(block, splits, warps, world * splits, max(2, _pow2(world * splits)))
 
@@ -156,10 +164,12 @@ class Fused:
         warps = 8 if 2 * (1 + g) > 32 * self.wide.warps else 0
         mb = self._local(self.k.topk_probe, shard, (), "probe", g, (), {"G": g}, warps)
         gbest, low = self._new(shard), self._new(shard, torch.int32)
-        self._final(self.f.topk_reduce, m, mb, (t, gbest, low, c, k), {"G": g}, 4)
+        cand = self.wide.cand
+        self._final(self.f.topk_reduce, m, mb, (t, gbest, low, c, k), {"G": g}, _warps(cand * g, 4))
         kp = self.room(k)
         mb = self._local(self.k.topk_local, shard, (t, seed, low), "sample_k", kp, (k,), {"KP": kp})
-        self._final(self.f.sample_final, m, mb, (t, seed, gbest, out, c, k), {"KP": kp}, 8)
+        tail = (t, seed, gbest, out, c, k)
+        self._final(self.f.sample_final, m, mb, tail, {"KP": kp}, _warps(cand * kp, 8))
         return out
 
     def scores(
