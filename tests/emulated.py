@@ -85,6 +85,20 @@ class Ranks:
 
         return box
 
+    def diverged(self) -> list[str]:
+        """Where the ranks' copies disagree once no kernel runs: every use of a row writes
+        the same words into every copy, and every rank advances the row's epoch alike, so
+        all copies of a mailbox (data and epochs) must be equal bit for bit."""
+        out = []
+        for words, boxes in self._boxes.items():
+            for r, b in enumerate(boxes[1:], 1):
+                for what, mine, theirs in (("data", b.data, boxes[0].data),
+                                           ("epoch", b.epoch, boxes[0].epoch)):  # fmt: skip
+                    if not torch.equal(mine, theirs):
+                        at = (mine != theirs).nonzero().flatten()[:4].tolist()
+                        out.append(f"{words}-word mailbox: rank {r}'s {what} != rank 0's at {at}")
+        return out
+
     def warm(self, call: Callable[[fused.Fused, int], Any]) -> None:
         """Compiles and loads every kernel ``call`` launches, without any rank waiting
         for another: each rank's waiting kernels are held back until every rank's

@@ -45,14 +45,21 @@ def _full(rng: random.Random, m: int, n: int, world: int, dtype, dev) -> torch.T
     return x.to(dtype)
 
 
-def _check_all(outs: list, want: torch.Tensor, what: str) -> None:
+def _check_all(ranks: Ranks, outs: list, want: torch.Tensor, what: str) -> None:
+    diverged = ranks.diverged()
     for r, got in enumerate(outs):
         if not torch.equal(got, want):
             rows = (got != want).nonzero().flatten().tolist()
-            raise AssertionError(f"{what}: rank {r} differs at rows {rows[:8]}")
+            others = [q for q, o in enumerate(outs) if torch.equal(o, want)]
+            raise AssertionError(
+                f"{what}: rank {r} differs at rows {rows[:8]} (ranks right: {others}); "
+                f"mailbox copies: {diverged or 'all equal'}"
+            )
+    assert not diverged, f"{what}: {diverged}"
 
 
-def _logprobs_ok(outs: list, want, what: str) -> None:
+def _logprobs_ok(ranks: Ranks, outs: list, want, what: str) -> None:
+    assert not ranks.diverged(), f"{what}: {ranks.diverged()}"
     for r, (lp, top_ids, top_lp) in enumerate(outs):
         tag = f"{what} rank {r}"
         assert torch.equal(top_ids, want.top_ids), tag
@@ -104,9 +111,9 @@ def _iteration(
             continue
         outs = ranks.run(call, (rng.randrange(world), rng.randrange(0, 200_000)))
         if name.startswith("top_n"):
-            _logprobs_ok(outs, want, f"{where} {name}")
+            _logprobs_ok(ranks, outs, want, f"{where} {name}")
         else:
-            _check_all(outs, want, f"{where} {name}")
+            _check_all(ranks, outs, want, f"{where} {name}")
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
