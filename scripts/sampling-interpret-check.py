@@ -73,11 +73,15 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
     if m > 5:  # one dominant logit and a long equal tail
         full[5] = -2.0
         full[5, (7919 * 5) % v] = 6.0
+    for i in range(6, m):  # one large value per 8 columns: on narrow shards fewer
+        full[i] = torch.rand(v, generator=gen) - 5.0  # column groups than k hold one
+        full[i, ::8] += 15.0
     full = full.to(dtype)
     temp = torch.rand(m, generator=gen) * 2
     temp[0] = 0.7
     if m > 3:
         temp[3] = 0.0
+    temp[6:] = 50.0  # nearly uniform over the kept set: a missing element shows
     seeds = torch.randint(-(2**62), 2**62, (m,), generator=gen)
     ids = torch.randint(0, v, (m,), generator=gen)
     fails = 0
@@ -92,7 +96,7 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
 
         def made_for(words: int) -> list[Box]:
             if words not in boxes:
-                made = [Box(words * world, 8, CPU, 1.0) for _ in range(world)]
+                made = [Box(words * world, max(8, m), CPU, 1.0) for _ in range(world)]
                 table = torch.tensor([b.data.data_ptr() for b in made], dtype=torch.int64)
                 for b in made:
                     b.peers = table
@@ -169,7 +173,7 @@ def main() -> int:
         fails += run(8, 18944, 8, random.randrange(2**31))
     for world, n, m, dtype in (
         (1, 300, 5, torch.bfloat16),
-        (2, 150, 6, torch.bfloat16),
+        (2, 150, 16, torch.bfloat16),
         (3, 100, 4, torch.bfloat16),
         (2, 5000, 3, torch.bfloat16),
         (2, 5000, 6, torch.float32),
