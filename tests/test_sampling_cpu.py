@@ -374,3 +374,19 @@ def test_fused_path_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fused.policy_problem(8) is None
     monkeypatch.setenv(fused.FUSED_ENV, "0")
     assert fused.policy_problem(2) == f"{fused.FUSED_ENV}=0"
+
+
+def test_fused_topk_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused top-k is on unless LOGITS_GATHER_SAMPLING_FUSED_TOPK=0; any other value is
+    a problem (raised on every rank by the construction's agreement)."""
+    from logits_gather.sampling import fastpath
+
+    monkeypatch.delenv(fastpath.TOPK_ENV, raising=False)
+    assert fastpath.topk_wanted() == (True, [])
+    monkeypatch.setenv(fastpath.TOPK_ENV, "1")
+    assert fastpath.topk_wanted() == (True, [])
+    monkeypatch.setenv(fastpath.TOPK_ENV, "0")
+    assert fastpath.topk_wanted() == (False, [])
+    monkeypatch.setenv(fastpath.TOPK_ENV, "yes")
+    on, problems = fastpath.topk_wanted()
+    assert not on and problems == [f"{fastpath.TOPK_ENV} must be 0 or 1 (or unset), got 'yes'"]

@@ -2,8 +2,8 @@
 
 The fused kernels need CUDA, Triton, and peer access between all ranks' GPUs (as
 the gather's kernel does); they serve at most :data:`MAX_WORLD` ranks unless
-``LOGITS_GATHER_SAMPLING_FUSED`` says otherwise, and an int ``top_k`` joins them only
-with ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=1`` on every rank.
+``LOGITS_GATHER_SAMPLING_FUSED`` says otherwise; an int ``top_k <= 64`` joins them
+unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=0`` (the same on every rank).
 """
 
 from __future__ import annotations
@@ -26,11 +26,15 @@ WHAT = "VocabParallelSampler construction"
 FUSED_ENV = "LOGITS_GATHER_SAMPLING_FUSED"
 """``1``: the fused path at any tp; ``0``: never; unset: up to :data:`MAX_WORLD` ranks."""
 TOPK_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK"
-"""``1``: int ``top_k <= 64`` on the fused path; otherwise (the default) the exact filter
-path. Two GPU runs returned a wrong top_k token on one rank (README, GPU tests)."""
+"""``0``: an int ``top_k`` takes the exact filter path; ``1`` or unset: ``top_k <= 64`` on
+the fused path. (It was opt-in while a wrong top_k token on one rank was unexplained;
+the cause, candidates replicated across threads in the final kernel, is fixed: README,
+GPU tests.)"""
 MAX_WORLD = 4
-"""The most ranks the fused path serves by default: it passed its GPU tests at tp 2 and 4,
-and one tp=8 run (8 ranks on 2 GPUs) returned a wrong top_k token (README, GPU tests)."""
+"""The most ranks the fused path serves by default: its multi-process GPU tests passed at
+tp 2 and 4; at tp 8 it has passed only with ranks emulated in one process (the one
+multi-process tp=8 run, before the fix of replicated top-k candidates, returned a wrong
+top_k token: README, GPU tests)."""
 
 
 def policy_problem(world: int) -> str | None:
@@ -54,9 +58,13 @@ def available(device: torch.device) -> bool:
     return True
 
 
-def topk_wanted() -> bool:
-    """This rank's setting for the fused top-k (agreed across ranks by the sampler)."""
-    return os.environ.get(TOPK_ENV, "") == "1"
+def topk_wanted() -> tuple[bool, list[str]]:
+    """This rank's setting for the fused top-k (agreed across ranks by the sampler), and
+    what is wrong with it (a value other than unset, ``0`` or ``1``)."""
+    value = os.environ.get(TOPK_ENV, "")
+    if value not in ("", "0", "1"):
+        return False, [f"{TOPK_ENV} must be 0 or 1 (or unset), got {value!r}"]
+    return value != "0", []
 
 
 def _on(device: torch.device):
@@ -114,8 +122,8 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool]:
         )
         for op in ("greedy", "sample"):
             sampler._box(f.words(op), sampler.capacity)
-        topk = topk_wanted()
-        agree(sampler.group, {TOPK_ENV: topk}, [], what=WHAT)
+        topk, problems = topk_wanted()
+        agree(sampler.group, {TOPK_ENV: topk}, problems, what=WHAT)
         return f, topk
 
 

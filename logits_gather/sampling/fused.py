@@ -37,8 +37,9 @@ def _pow2(n: int) -> int:
 def _warps(elements: int, most: int) -> int:
     """Warps for a kernel whose radix select runs over ``elements`` (a power of two): at
     most one thread per element. With more threads than elements Triton replicates each
-    element across threads; two top_k=2 results were wrong on one rank of emulated tp 4
-    and 8 runs with the top-k final kernel so replicated (benchmarks/NOTES.md)."""
+    element across threads: with the top-k final kernel so replicated, emulated tp 4 and
+    8 runs returned wrong top_k = 1 and 2 tokens on one rank (14 in 3868 top_k=2 calls at
+    tp=4), and none without replication (benchmarks/NOTES.md)."""
     return max(1, min(most, elements // 32))
 
 

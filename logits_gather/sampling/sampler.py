@@ -45,7 +45,7 @@ class VocabParallelSampler:
     (:mod:`.fused`: two Triton kernels that exchange through symmetric memory);
     ``fused=False`` forces the torch-ops path (the one CPUs use); by default the fused
     path serves at most 4 ranks (``LOGITS_GATHER_SAMPLING_FUSED``: ``1`` any tp, ``0``
-    never); an int ``top_k`` joins it only with ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=1``
+    never); an int ``top_k <= 64`` joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=0``
     (the same on every rank). ``timeout_s`` and ``on_timeout`` bound the fused
     kernels' waits for peers as in ``LogitsGather`` (defaults from
     ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see :meth:`check`.
