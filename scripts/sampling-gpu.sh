@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # GPU run for the sampling work (2 GPUs, one process per GPU where a test allows).
 # Usage: bash scripts/sampling-gpu.sh OUT_DIR [STEP ...]
-# Steps (default: all, in this order): select, times, tests, timeout, graphs, eager, spread.
+# Steps (default: all, in this order): emulated, select, times, tests, timeout, graphs,
+# eager, spread. "emulated" and "times" need one GPU only.
 set -u
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 out=${1:?usage: sampling-gpu.sh OUT_DIR [STEP ...]}
 shift
-steps=${*:-select times tests timeout graphs eager spread}
+steps=${*:-emulated select times tests timeout graphs eager spread}
 mkdir -p "$out"
 t="tests/test_sampling_gpu.py"
 step() {
@@ -32,6 +33,8 @@ for s in $steps; do
       --world-size 2 --reps 5 --out "$out/eager" ;;
     spread) step spread 560 bash scripts/gpu-tests.sh -x -k "spread or one-gpu" "$t" ;;
     select) step select 200 python3 -m pytest -m gpu -q tests/test_sampling_select_gpu.py ;;
+    emulated) step emulated 300 env CUDA_MODULE_LOADING=EAGER python3 -m pytest -m gpu -q \
+      -n 3 tests/test_sampling_emulated_gpu.py ;;
     *) echo "unknown step $s" ;;
   esac
 done
