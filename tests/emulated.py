@@ -66,6 +66,8 @@ class Ranks:
         ]
         cuda = device.type == "cuda"
         self.streams = [torch.cuda.Stream(device) if cuda else None for _ in range(world)]
+        if cuda:  # loads the delay kernel now, not while a rank spins (see warm)
+            torch.cuda._sleep(1)
 
     def _box_for(self, rank: int) -> Callable[[int, int], Box]:
         def box(words: int, rows: int) -> Box:

@@ -9,9 +9,10 @@ allocates but the outputs; no host sync.
 
 Each operation has one launch geometry (the same on every rank; its mailbox layout
 follows from it). The noise-heavy writers (sampling, min-p, the filter path's
-scores, logprobs with ``top_n``) run :data:`NARROW` (2048 columns, 4 warps): at
-tp=2 on an H200 their local kernels took 20.8 us at M=64 against 26.2 us at 4096 x 8
-(``scripts/sampling-kernel-times.py``, benchmarks/NOTES.md). The others run
+scores, logprobs with ``top_n``) run :data:`NARROW` (2048 columns, 4 warps): over
+tp=2's per-rank 75776 columns on one H200, the sampling local kernel took 20.8 us at
+M=64 against 26.2 us at 4096 x 8 (``scripts/sampling-kernel-times.py``,
+benchmarks/NOTES.md). The others run
 :data:`WIDE`: greedy and plain logprobs gain nothing from more CTAs, and top-k's
 final kernel scores every split's candidate slots, so fewer splits serve it better.
 """

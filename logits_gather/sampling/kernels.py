@@ -228,7 +228,7 @@ def logprobs_local(
         q = 0
         while q < n:
             top = tl.max(h, 0)
-            j = tl.min(tl.where(h == top, gidx, 0x7FFFFFFF), 0)
+            j = tl.min(tl.where(mask & (h == top), gidx, 0x7FFFFFFF), 0)
             best = (top.to(tl.int64) << 32) | (0xFFFFFFFF - j.to(tl.int64))
             lanes = ll.lane_word(lanes, q, tl.where(j == 0x7FFFFFFF, KEY_MIN, best), THREADS)
             h = tl.where(gidx == j, -0x7FFFFFFF - 1, h)
