@@ -58,10 +58,10 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         )
 
     def topk_round1(k: int = 50) -> None:  # as Fused.sample: the probe and the reduce
-        g = min(64, max(8, f.room(-(-k // f.wide.c))))
-        mb = f._local(f.k.topk_probe, x, (), "probe", g, (), {"G": g})
+        plan = f.wide.topk(k)
+        mb = f._local(f.k.topk_probe, x, (), "probe", plan.g, (), {"G": plan.g}, plan.probe)
         gbest, low = f._new(x), f._new(x, torch.int32)
-        f._final(f.f.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), {"G": g}, 4)
+        f._final(f.f.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), {"G": plan.g}, plan.reduce)
 
     whole = {
         "greedy": lambda: f.greedy(x),

@@ -390,3 +390,25 @@ def test_fused_topk_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(fastpath.TOPK_ENV, "yes")
     on, problems = fastpath.topk_wanted()
     assert not on and problems == [f"{fastpath.TOPK_ENV} must be 0 or 1 (or unset), got 'yes'"]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("columns", [1, 100, 150, 1001, 4099, 18944, 37888, 75776, 151552])
+def test_fused_launch_geometry(world: int, columns: int) -> None:
+    """The fused kernels' launch geometry (pure arithmetic, no Triton needed): splits
+    cover the shard, the waiting kernels' block covers every split, top-k's groups bound
+    k, and no radix-select kernel runs more threads than elements (replicated elements
+    gave wrong top_k tokens on GPUs: benchmarks/NOTES.md, session 3)."""
+    from logits_gather.sampling.fused import NARROW, WIDE, Geometry
+
+    for block, warps in (WIDE, NARROW):
+        geo = Geometry.of(columns, world, block, warps)
+        assert geo.splits * geo.block >= columns > (geo.splits - 1) * geo.block
+        assert geo.c == world * geo.splits <= geo.cand < 2 * max(geo.c, 2)
+        assert 32 * geo.warps <= geo.block
+        for k in range(1, 65):
+            plan = geo.topk(k)
+            assert plan.g * geo.c >= k and plan.g <= geo.block and plan.kp >= k
+            assert 32 * plan.probe >= 2 * (1 + plan.g)
+            assert 32 * plan.reduce <= max(32, geo.cand * plan.g)
+            assert 32 * plan.final <= max(32, geo.cand * plan.kp)

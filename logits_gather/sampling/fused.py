@@ -62,6 +62,25 @@ class Geometry(NamedTuple):
         splits = -(-columns // block)
         return cls(block, splits, warps, world * splits, max(2, _pow2(world * splits)))
 
+    def topk(self, k: int) -> TopK:
+        """The fused top-k's launches for ``k`` (1..64) in this geometry."""
+        g = min(64, max(8, _pow2(-(-k // self.c))))  # <= 64 <= block, and g * c >= k
+        kp = max(2, _pow2(k))
+        probe = 8 if 2 * (1 + g) > 32 * self.warps else self.warps  # a lane per half-word
+        return TopK(g, kp, probe, _warps(self.cand * g, 4), _warps(self.cand * kp, 8))
+
+
+class TopK(NamedTuple):
+    """Round 1 sends ``g`` group maxima per split (``probe`` warps), reduced by
+    ``reduce`` warps; round 2 has ``kp`` candidate slots per split and a final kernel of
+    ``final`` warps (never more threads than the candidates they select from)."""
+
+    g: int
+    kp: int
+    probe: int
+    reduce: int
+    final: int
+
 
 class Fused:
     """Launch geometries of one sampler (``columns`` per rank, ``world`` ranks) and its
@@ -161,17 +180,14 @@ class Fused:
             return out
         # Round 1: the largest x of G column groups per split (G * c >= k) bound the
         # row's k-th from below; round 2: each split sends every element at or above it.
-        c = self.wide.c
-        g = min(64, max(8, self.room(-(-k // c))))  # <= 64 <= block, and g * c >= k
-        warps = 8 if 2 * (1 + g) > 32 * self.wide.warps else 0
-        mb = self._local(self.k.topk_probe, shard, (), "probe", g, (), {"G": g}, warps)
+        c, plan = self.wide.c, self.wide.topk(k)
+        g, kp = plan.g, plan.kp
+        mb = self._local(self.k.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
         gbest, low = self._new(shard), self._new(shard, torch.int32)
-        cand = self.wide.cand
-        self._final(self.f.topk_reduce, m, mb, (t, gbest, low, c, k), {"G": g}, _warps(cand * g, 4))
-        kp = self.room(k)
+        self._final(self.f.topk_reduce, m, mb, (t, gbest, low, c, k), {"G": g}, plan.reduce)
         mb = self._local(self.k.topk_local, shard, (t, seed, low), "sample_k", kp, (k,), {"KP": kp})
         tail = (t, seed, gbest, out, c, k)
-        self._final(self.f.sample_final, m, mb, tail, {"KP": kp}, _warps(cand * kp, 8))
+        self._final(self.f.sample_final, m, mb, tail, {"KP": kp}, plan.final)
         return out
 
     def scores(
@@ -221,4 +237,4 @@ class Fused:
         return lp, top_ids, top_lp
 
 
-__all__ = ["NARROW", "WIDE", "Fused", "Geometry"]
+__all__ = ["NARROW", "WIDE", "Fused", "Geometry", "TopK"]
