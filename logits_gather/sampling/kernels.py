@@ -34,6 +34,7 @@ from .keys import (
     argmax_key,
     best_key,
     key,
+    key_at,
     max_or_nan,
     ordered,
     ordered32,
@@ -133,13 +134,10 @@ def topk_probe(
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
     h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
     tops = tl.max(tl.reshape(h, [G, BLOCK // G]), 1)
-    top = tl.max(tops, 0)
-    j = tl.min(tl.where(mask & (h == top), gidx, 0x7FFFFFFF), 0).to(tl.int64)
     i = tl.arange(0, THREADS)
     word = tl.gather(tops, tl.minimum(tl.maximum(i // 2 - 1, 0), G - 1), 0).to(tl.int64)
     lanes = tl.where(i % 2 == 0, 0, word)  # low half 0, high half the ordered x
-    gkey = (top.to(tl.int64) << 32) | (0xFFFFFFFF - j)
-    lanes = ll.lane_word(lanes, 0, gkey, THREADS)
+    lanes = ll.lane_word(lanes, 0, key_at(h, gidx, tl.max(tops, 0))[0], THREADS)
     ep, off = _target(epoch, pstride, relems, row)
     ll.put_lanes(peers, off, own + tl.program_id(1) * (1 + G), lanes, 1 + G, ep, WORLD, THREADS)
 
@@ -227,10 +225,8 @@ def logprobs_local(
         h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
         q = 0
         while q < n:
-            top = tl.max(h, 0)
-            j = tl.min(tl.where(mask & (h == top), gidx, 0x7FFFFFFF), 0)
-            best = (top.to(tl.int64) << 32) | (0xFFFFFFFF - j.to(tl.int64))
-            lanes = ll.lane_word(lanes, q, tl.where(j == 0x7FFFFFFF, KEY_MIN, best), THREADS)
+            best, j = key_at(h, gidx, tl.max(h, 0))
+            lanes = ll.lane_word(lanes, q, best, THREADS)
             h = tl.where(gidx == j, -0x7FFFFFFF - 1, h)
             q += 1
         ll.put_lanes(peers, off, base + 1, lanes, NP, ep, WORLD, THREADS)

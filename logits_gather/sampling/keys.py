@@ -72,13 +72,21 @@ def index(k):
 
 
 @triton.jit
+def key_at(h, gidx, top):
+    """``(key, column)`` of the lowest column (``gidx`` int32) whose :func:`ordered32` image
+    ``h`` is ``top``, the maximum of ``h``, where invalid elements hold the lowest int32
+    (which no ``ordered32`` value is); the key is KEY_MIN if ``top`` is that (none valid)."""
+    j = tl.min(tl.where(h == top, gidx, 0x7FFFFFFF), 0)
+    k = (top.to(tl.int64) << 32) | (LOW - j.to(tl.int64))
+    return tl.where(top == -0x7FFFFFFF - 1, KEY_MIN, k), j
+
+
+@triton.jit
 def best_key(v, gidx, valid):
     """``max(key(v, gidx))`` (``gidx`` int32) over the valid elements (KEY_MIN if none),
     by an int32 max and an index min: cheaper than building and reducing 64-bit keys."""
     h = tl.where(valid, ordered32(v), -0x7FFFFFFF - 1)
-    top = tl.max(h, 0)
-    j = tl.min(tl.where(valid & (h == top), gidx, 0x7FFFFFFF), 0).to(tl.int64)
-    return tl.where(top == -0x7FFFFFFF - 1, KEY_MIN, (top.to(tl.int64) << 32) | (LOW - j))
+    return key_at(h, gidx, tl.max(h, 0))[0]
 
 
 @triton.jit
