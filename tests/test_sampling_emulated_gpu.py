@@ -71,15 +71,12 @@ def _logprobs_ok(ranks: Ranks, outs: list, want, what: str) -> None:
         assert bool((close | want.top_logprobs.isnan()).all()), tag
 
 
-def _iteration(
-    ranks: Ranks, rng: random.Random, it: int, m: int | None = None, warm: bool = False
-) -> None:
-    """One fresh batch through every fused operation, each with a delayed rank (with
-    ``warm``: only compiles and loads the kernels, see :meth:`Ranks.warm`)."""
+def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
+    """``(name, call(fused, rank), want)`` for every fused operation on one fresh batch
+    (``want``: the definition on the gathered logits; a ``Logprobs`` for ``top_n=...``)."""
     from logits_gather.sampling import reference
 
     world, n, dev = ranks.world, ranks.columns, ranks.device
-    m, dtype = m or rng.randint(1, ranks.capacity), DTYPES[it % 3]
     full = _full(rng, m, n, world, dtype, dev)
     shards = [full[:, r * n : (r + 1) * n] for r in range(world)]
     temp = torch.tensor([rng.choice([0.0, 0.3, 0.8, 1.0, 1.7]) for _ in range(m)], device=dev)
@@ -87,8 +84,7 @@ def _iteration(
     ids = torch.randint(0, V, (m,), device=dev)
     min_p = torch.tensor([rng.choice([0.01, 0.1, 0.5]) for _ in range(m)], device=dev)
     logmp = torch.log(min_p)
-    where = f"tp={world} it={it} m={m} {dtype}"
-    calls = [
+    out = [
         ("greedy", lambda f, r: f.greedy(shards[r]), full.argmax(1)),
         ("sample", lambda f, r: f.sample(shards[r], temp, seed, None),
          reference.sample(full, temp, seed)),
@@ -96,20 +92,30 @@ def _iteration(
          reference.sample(full, temp, seed, min_p=min_p)),
     ]  # fmt: skip
     for k in TOP_KS:
-        calls.append(
+        out.append(
             (f"top_k={k}", lambda f, r, k=k: f.sample(shards[r], temp, seed, k),
              reference.sample(full, temp, seed, top_k=k))
         )  # fmt: skip
     for top_n in (0, 1, 5, 20):
-        calls.append(
+        out.append(
             (f"top_n={top_n}", lambda f, r, n_=top_n: f.logprobs(shards[r], ids, n_),
              reference.logprobs(full, ids, top_n))
         )  # fmt: skip
-    for name, call, want in calls:
+    return out
+
+
+def _iteration(
+    ranks: Ranks, rng: random.Random, it: int, m: int | None = None, warm: bool = False
+) -> None:
+    """One fresh batch through every fused operation, each with a delayed rank (with
+    ``warm``: only compiles and loads the kernels, see :meth:`Ranks.warm`)."""
+    m, dtype = m or rng.randint(1, ranks.capacity), DTYPES[it % 3]
+    where = f"tp={ranks.world} it={it} m={m} {dtype}"
+    for name, call, want in calls(ranks, rng, m, dtype):
         if warm:
             ranks.warm(call)
             continue
-        outs = ranks.run(call, (rng.randrange(world), rng.randrange(0, 200_000)))
+        outs = ranks.run(call, (rng.randrange(ranks.world), rng.randrange(0, 200_000)))
         if name.startswith("top_n"):
             _logprobs_ok(ranks, outs, want, f"{where} {name}")
         else:

@@ -35,6 +35,11 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def room(k: int) -> int:
+    """Candidate slots for ``k`` (power of two, >= 2)."""
+    return max(2, _pow2(k))
+
+
 def _warps(elements: int, most: int) -> int:
     """Warps for a kernel whose radix select runs over ``elements`` (a power of two): at
     most one thread per element. With more threads than elements Triton replicates each
@@ -65,7 +70,7 @@ class Geometry(NamedTuple):
     def topk(self, k: int) -> TopK:
         """The fused top-k's launches for ``k`` (1..64) in this geometry."""
         g = min(64, max(8, _pow2(-(-k // self.c))))  # <= 64 <= block, and g * c >= k
-        kp = max(2, _pow2(k))
+        kp = room(k)
         probe = 8 if 2 * (1 + g) > 32 * self.warps else self.warps  # a lane per half-word
         return TopK(g, kp, probe, _warps(self.cand * g, 4), _warps(self.cand * kp, 8))
 
@@ -109,11 +114,6 @@ class Fused:
         self.trap = trap
         self.wait_ctas = wait_ctas
         self.launch = Launcher(index)
-
-    @staticmethod
-    def room(k: int) -> int:
-        """Candidate slots for ``k`` (power of two, >= 2)."""
-        return max(2, _pow2(k))
 
     def geometry(self, op: str, room: int = 0) -> Geometry:
         """The geometry of ``op`` (``logprobs`` with ``room`` top-n slots)."""
@@ -225,7 +225,7 @@ class Fused:
         self, shard: torch.Tensor, ids: torch.Tensor, n: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         m = shard.shape[0]
-        npad = self.room(n) if n else 0
+        npad = room(n) if n else 0
         geo = self.geometry("logprobs", npad)
         mb = self._local(self.k.logprobs_local, shard, (ids,), "logprobs", npad, (n,), {"NP": npad})
         lp = self._new(shard, torch.float32)
