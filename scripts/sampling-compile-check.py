@@ -15,6 +15,7 @@ from triton.compiler import ASTSource, compile
 
 from logits_gather.sampling import finals as F
 from logits_gather.sampling import kernels as K
+from logits_gather.sampling import nucleus as N
 
 TARGET = GPUTarget("cuda", 90, 32)
 I64P, F32P = "*i64", "*fp32"
@@ -24,7 +25,7 @@ TYPES = {
     "t_ptr": F32P, "seed_ptr": I64P, "logmp_ptr": F32P, "gbest_ptr": I64P, "ids_ptr": I64P,
     "out_ptr": I64P, "lp_ptr": F32P, "top_ids_ptr": I64P, "top_lp_ptr": F32P, "s_ptr": F32P,
     "g_ptr": F32P, "low_ptr": "*i32", "peers": I64P, "epoch": "*i32", "box": I64P, "status": "i64",
-    "pstride": "i64", "relems": "i32",
+    "pstride": "i64", "relems": "i32", "p_ptr": "*fp64", "need_ptr": "*i1",
 }  # fmt: skip
 
 
@@ -49,6 +50,9 @@ def variants():
         yield "minp_local", K.minp_local, x, local, 8
         for np_ in (0, 32):
             yield f"logprobs_local NP={np_}", K.logprobs_local, x, dict(local, NP=np_), 8
+        for minp in (False, True):
+            narrow = dict(local, BLOCK=2048, THREADS=128, SLOTS=55, MINP=minp)
+            yield f"nucleus_local MINP={minp}", N.nucleus_local, x, narrow, 4
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
@@ -57,6 +61,8 @@ def variants():
     yield "sample_final KP=64", F.sample_final, None, dict(final, KP=64, THREADS=256), 8
     yield "logprobs_final NP=0", F.logprobs_final, None, dict(final, NP=0), 1
     yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
+    nf = dict(final, CAND=128, SLOTS=55, LANES=4096, THREADS=256)
+    yield "nucleus_final", N.nucleus_final, None, nf, 8
     yield "noise_kernel", K.noise_kernel, F32P, {"BLOCK": 1024}, 4
 
 

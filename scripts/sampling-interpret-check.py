@@ -23,7 +23,15 @@ import threading  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from logits_gather.sampling import finals, fused, kernels, keys, launcher, reference  # noqa: E402
+from logits_gather.sampling import (  # noqa: E402
+    finals,
+    fused,
+    kernels,
+    keys,
+    launcher,
+    nucleus,
+    reference,
+)
 from tests.emulated import Box  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -39,14 +47,27 @@ def _exp(x):
     return tl.exp(x)
 
 
-class _Libdevice:  # the interpreter has no libdevice: numpy's log/exp (logic only)
+@triton.jit
+def _floor(x):
+    return tl.floor(x)
+
+
+@triton.jit
+def _ceil(x):
+    return tl.ceil(x)
+
+
+class _Libdevice:  # the interpreter has no libdevice: numpy's (logic only)
     log = _log
     exp = _exp
+    floor = _floor
+    ceil = _ceil
 
 
 kernels.libdevice = _Libdevice
 keys.libdevice = _Libdevice
 finals.libdevice = _Libdevice
+nucleus.libdevice = _Libdevice
 _LOCK = threading.Lock()
 _launch = launcher.Launcher.__call__
 
@@ -87,6 +108,10 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
     fails = 0
     ops = [("greedy", None), ("sample", None)] + [("sample_k", k) for k in (1, 3, 20, 64)]
     ops += [("logprobs", n_) for n_ in (0, 1, 5)] + [("minp", mp) for mp in (0.05, 0.5, 1.0)]
+    mixed = torch.tensor([(0.9, 1.0, 0.3, 0.999)[i % 4] for i in range(m)], dtype=torch.float64)
+    ops += [("topp", (0.9, None)), ("topp", (0.5, 0.1)), ("topp", (mixed, None))]
+    ops += [("topp", (0.95, 0.01))]
+    undecided = 0
     boxes: dict[int, list[Box]] = {}
 
     def box_for(rank: int):
@@ -134,6 +159,16 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
         for r, got in enumerate(outs):
             if op == "greedy":
                 ok = torch.equal(got, full.argmax(1))
+            elif op == "topp":
+                got, need = got
+                want = reference.sample(full, temp, seeds, top_p=arg[0], min_p=arg[1])
+                decided = got >= 0
+                ok = torch.equal(got[decided], want[decided]) and bool(need) == bool(
+                    (~decided).any()
+                )
+                undecided += int((~decided).sum())
+                if not ok:
+                    print(op, "got", got.tolist(), "want", want.tolist())
             elif op.startswith("sample") or op == "minp":
                 f = dict(min_p=arg) if op == "minp" else dict(top_k=arg)
                 want = reference.sample(full, temp, seeds, **f)
@@ -150,8 +185,10 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
                 ) and torch.equal(tid, want.top_ids)
                 if not ok:
                     print(lp, want.logprobs, tid, want.top_ids)
-            print(f"world={world} n={n} m={m} {op} {arg} rank {r}: {'ok' if ok else 'FAIL'}")
+            tag = "mixed" if isinstance(arg, tuple) and isinstance(arg[0], torch.Tensor) else arg
+            print(f"world={world} n={n} m={m} {op} {tag} rank {r}: {'ok' if ok else 'FAIL'}")
             fails += not ok
+    print(f"top-p rows the candidates left undecided (fallback): {undecided}")
     return fails
 
 
@@ -161,6 +198,12 @@ def _call(f, op, arg, shard, temp, seeds, ids):
     if op == "minp":
         logmp = torch.log(torch.full((shard.shape[0],), arg, dtype=torch.float32))
         return f.sample_minp(shard, temp, seeds, logmp)
+    if op == "topp":
+        p, mp = arg
+        m = shard.shape[0]
+        p = p if isinstance(p, torch.Tensor) else torch.full((m,), p, dtype=torch.float64)
+        logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
+        return f.sample_topp(shard, temp, seeds, p, logmp)
     if op.startswith("sample"):
         return f.sample(shard, temp, seeds, arg)
     return f.logprobs(shard, ids, arg or 0)

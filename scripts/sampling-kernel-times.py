@@ -45,6 +45,11 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     seed = torch.arange(m, device=device)
     ids = torch.randint(0, columns, (m,), device=device)
     logmp = torch.full((m,), -3.0, device=device)
+    p90 = torch.full((m,), 0.9, dtype=torch.float64, device=device)
+    gkey = f.greedy(x, key=True)
+    tok, _ = f.sample_topp(x, t, seed, p90, None)
+    out["top_p=0.9 rows undecided"] = float((tok < 0).sum())
+    nucleus = {"SLOTS": f.nucleus_slots, "MINP": False}
     locals_ = {
         "greedy": (f.k.greedy_local, (), "greedy", 0, (), {}),
         "sample": (f.k.sample_local, (t, seed), "sample", 0, (), {}),
@@ -52,6 +57,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         "logprobs": (f.k.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0}),
         "logprobs_n5": (f.k.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8}),
     }
+    locals_["nucleus (top_p)"] = (f.n.nucleus_local, (t, seed, p90, p90, gkey), "nucleus", 0,
+                                  (), nucleus)  # fmt: skip
     for name, (fn, head, op, room, tail, consts) in locals_.items():
         out[f"{name} local"] = _time(
             lambda: f._local(fn, x, head, op, room, tail, consts)  # noqa: B023 - run at once
@@ -69,6 +76,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         "sample": lambda: f.sample(x, t, seed, None),
         "sample_k50": lambda: f.sample(x, t, seed, 50),
         "sample_minp": lambda: f.sample_minp(x, t, seed, logmp),
+        "sample_p90 (fused)": lambda: f.sample_topp(x, t, seed, p90, None),
         "logprobs": lambda: f.logprobs(x, ids, 0),
         "logprobs_n5": lambda: f.logprobs(x, ids, 5),
         "scores (filter path)": lambda: f.scores(x, t, seed),

@@ -71,6 +71,21 @@ def _logprobs_ok(ranks: Ranks, outs: list, want, what: str) -> None:
         assert bool((close | want.top_logprobs.isnan()).all()), tag
 
 
+def _topp_ok(ranks: Ranks, outs: list, want: torch.Tensor, what: str) -> int:
+    """Top-p: every rank returns the same tokens and flag; decided rows (token >= 0) are
+    the definition's, and the flag is set iff some row is undecided (-1, for the
+    sampler's exact fallback). Returns the undecided rows."""
+    assert not ranks.diverged(), f"{what}: {ranks.diverged()}"
+    tokens, need = outs[0]
+    for r, (got, flag) in enumerate(outs):
+        assert torch.equal(got, tokens) and torch.equal(flag, need), f"{what}: rank {r} differs"
+    decided = tokens >= 0
+    rows = (decided & (tokens != want)).nonzero().flatten().tolist()
+    assert not rows, f"{what}: wrong decided rows {rows[:8]}"
+    assert bool(need) == bool((~decided).any()), f"{what}: flag {bool(need)}"
+    return int((~decided).sum())
+
+
 def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
     """``(name, call(fused, rank), want)`` for every fused operation on one fresh batch
     (``want``: the definition on the gathered logits; a ``Logprobs`` for ``top_n=...``)."""
@@ -96,6 +111,17 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
             (f"top_k={k}", lambda f, r, k=k: f.sample(shards[r], temp, seed, k),
              reference.sample(full, temp, seed, top_k=k))
         )  # fmt: skip
+    p64 = torch.tensor([rng.choice([0.9, 1.0, 0.5, 1e-6, 0.99]) for _ in range(m)], device=dev,
+                       dtype=torch.float64)  # fmt: skip
+    for name, p, mp in (("top_p=0.9", 0.9, None), ("top_p=[M]", p64, None),
+                        ("top_p=0.8,min_p", 0.8, min_p)):  # fmt: skip
+        pm = p if isinstance(p, torch.Tensor) else torch.full((m,), p, dtype=torch.float64,
+                                                               device=dev)  # fmt: skip
+        lm = None if mp is None else logmp
+        out.append(
+            (name, lambda f, r, pm=pm, lm=lm: f.sample_topp(shards[r], temp, seed, pm, lm),
+             reference.sample(full, temp, seed, top_p=pm, min_p=mp))
+        )  # fmt: skip
     for top_n in (0, 1, 5, 20):
         out.append(
             (f"top_n={top_n}", lambda f, r, n_=top_n: f.logprobs(shards[r], ids, n_),
@@ -118,6 +144,8 @@ def _iteration(
         outs = ranks.run(call, (rng.randrange(ranks.world), rng.randrange(0, 200_000)))
         if name.startswith("top_n"):
             _logprobs_ok(ranks, outs, want, f"{where} {name}")
+        elif name.startswith("top_p"):
+            _topp_ok(ranks, outs, want, f"{where} {name}")
         else:
             _check_all(ranks, outs, want, f"{where} {name}")
 

@@ -159,6 +159,7 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
         n, 64, device=dev, backend="symm_mem", check_values=False
     )
     shard = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
+    peaked = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
     temp = torch.empty(m, device=dev)
     seeds = torch.empty(m, dtype=torch.int64, device=dev)
     ids = torch.empty(m, dtype=torch.int64, device=dev)
@@ -166,10 +167,18 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
     top_p = torch.empty(m, device=dev)
     min_p = torch.empty(m, device=dev)
 
-    def fill(i: int) -> torch.Tensor:
+    def fill(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fresh inputs. ``peaked``: the logits times 8, so top-p's candidates decide most
+        rows; on odd replays every other row is one value throughout, which they cannot
+        decide (the exact fallback runs inside the graph's conditional node)."""
         full = adversarial_logits(seed + i, m, n, world, torch.bfloat16, dev)
         gen = torch.Generator(device=dev).manual_seed(seed + 1000 + i)
         shard.copy_(full[:, rank * n : (rank + 1) * n])
+        sharp = full.float().mul(8).nan_to_num(0.0, 0.0, 0.0)
+        if i % 2:
+            sharp[1::2] = 1.0
+        sharp = sharp.to(torch.bfloat16)
+        peaked.copy_(sharp[:, rank * n : (rank + 1) * n])
         u = torch.rand(m, device=dev, generator=gen)
         temp.copy_(torch.where(u < 0.2, 0.0, u * 2))  # about a fifth greedy rows
         seeds.copy_(torch.randint(-(2**62), 2**62, (m,), device=dev, generator=gen))
@@ -177,7 +186,7 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
         top_k.copy_(torch.randint(0, 80, (m,), device=dev, generator=gen))
         top_p.copy_(torch.rand(m, device=dev, generator=gen).clamp_(min=0.05))
         min_p.copy_(torch.rand(m, device=dev, generator=gen) * 0.2)
-        return full
+        return full, sharp
 
     def step():
         return (
@@ -188,21 +197,25 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
             sampler.sample(shard, temp, seeds, top_p=0.9),
             sampler.sample(shard, temp, seeds, min_p=min_p),
             sampler.logprobs(shard, ids, 5),
+            sampler.sample(peaked, temp, seeds, top_p=top_p, min_p=min_p),
         )
 
     fill(0)
     step()  # builds every exchange this graph uses (collective), outside capture
     torch.cuda.synchronize()
+    assert sampler._topp_if, "no CUDA graph IF node for top-p's fallback (see the INFO log)"
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = step()
     replays = 7
     rng = random.Random(seed)
     for i in range(1, replays + 1):
-        full = fill(i)
+        full, sharp = fill(i)
         delay_random_rank(rng, rank, world)
         graph.replay()
-        g, s, s20, sf, sp, smin, lp = out
+        g, s, s20, sf, sp, smin, lp, speaked = out
+        want = reference.sample(sharp, temp, seeds, top_p=top_p, min_p=min_p)
+        assert torch.equal(speaked, want), f"replay {i} top_p (peaked, odd: fallback rows)"
         assert torch.equal(g, full.argmax(1)), f"replay {i}"
         assert torch.equal(s, reference.sample(full, temp, seeds)), f"replay {i}"
         assert torch.equal(s20, reference.sample(full, temp, seeds, 20)), f"replay {i}"

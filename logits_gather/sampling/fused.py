@@ -25,6 +25,8 @@ import torch
 
 from .launcher import Launcher
 
+NUCLEUS_LANES = 4096
+"""Top-p candidates over all splits of a row, at most (:mod:`.nucleus`)."""
 WIDE = (4096, 8)
 """(columns per split, warps) of greedy, plain logprobs and top-k."""
 NARROW = (2048, 4)
@@ -103,13 +105,15 @@ class Fused:
         wait_ctas: int | None = None,
         index: int | None = None,
     ) -> None:
-        from . import finals, kernels
+        from . import finals, kernels, nucleus
 
-        self.k, self.f = kernels, finals
+        self.k, self.f, self.n = kernels, finals, nucleus
         self.columns, self.world, self.rank = columns, world, rank
         self.col0 = rank * columns
         self.wide = Geometry.of(columns, world, *WIDE)
         self.narrow = Geometry.of(columns, world, *NARROW)
+        self.nucleus_slots = min(64, NUCLEUS_LANES // self.narrow.c)
+        """Top-p candidate slots per split: 55 at tp=2 and V=151552 (74 splits)."""
         self.box = box
         self.trap = trap
         self.wait_ctas = wait_ctas
@@ -117,7 +121,7 @@ class Fused:
 
     def geometry(self, op: str, room: int = 0) -> Geometry:
         """The geometry of ``op`` (``logprobs`` with ``room`` top-n slots)."""
-        if op in ("sample", "scores") or (op == "logprobs" and room):
+        if op in ("sample", "scores", "nucleus") or (op == "logprobs" and room):
             return self.narrow
         return self.wide
 
@@ -129,6 +133,7 @@ class Fused:
             "sample": 2 * s,
             "probe": (1 + room) * s,
             "sample_k": (2 + room) * s,
+            "nucleus": (3 + self.nucleus_slots) * s,
         }.get(op, 1 + s * (1 + room))
 
     def _local(
@@ -221,6 +226,32 @@ class Fused:
         self._final(self.f.sample_final, shard.shape[0], mb, tail, {"KP": 0}, 1, self.narrow)
         return out
 
+    def sample_topp(
+        self,
+        shard: torch.Tensor,
+        t: torch.Tensor,
+        seed: torch.Tensor,
+        p: torch.Tensor,
+        log_min_p: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-p (``p`` float64 ``[M]``), after min-p if ``log_min_p`` (fp32 ``[M]``):
+        ``(tokens, need)``, tokens -1 where the candidates could not decide the nucleus
+        and then ``need`` (bool ``[1]``) True (:mod:`.nucleus`)."""
+        m = shard.shape[0]
+        gbest = self.greedy(shard, key=True)
+        mp = p if log_min_p is None else log_min_p
+        head = (t, seed, p, mp, gbest)
+        slots = self.nucleus_slots
+        consts = {"SLOTS": slots, "MINP": log_min_p is not None}
+        mb = self._local(self.n.nucleus_local, shard, head, "nucleus", 0, (), consts)
+        out = self._new(shard)
+        need = torch.zeros(1, dtype=torch.bool, device=shard.device)
+        tail = (t, seed, p, gbest, out, need, self.narrow.c)
+        lanes = _pow2(self.narrow.c * slots)
+        consts = {"SLOTS": slots, "LANES": lanes}
+        self._final(self.n.nucleus_final, m, mb, tail, consts, _warps(lanes, 8), self.narrow)
+        return out, need
+
     def logprobs(
         self, shard: torch.Tensor, ids: torch.Tensor, n: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -237,4 +268,4 @@ class Fused:
         return lp, top_ids, top_lp
 
 
-__all__ = ["NARROW", "WIDE", "Fused", "Geometry", "TopK"]
+__all__ = ["NARROW", "NUCLEUS_LANES", "WIDE", "Fused", "Geometry", "TopK"]

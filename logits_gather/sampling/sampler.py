@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from ..checks import resolve_device as _resolve_device
 from ..checks import resolve_options
-from . import checks, exchange, fastpath, filters, mailbox, ops, rng
+from . import checks, exchange, fastpath, filters, mailbox, ops, rng, topp
 from .filters import MAX_CANDIDATES
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,8 @@ class VocabParallelSampler:
 
     On CUDA with Triton, when every rank's GPU can map its peers' memory (as
     :class:`~logits_gather.LogitsGather`'s kernel needs), greedy, sample (no
-    filter, or ``min_p`` alone) and logprobs run fused
+    filter, ``min_p`` alone, or ``top_p`` with or without ``min_p``: :mod:`.topp`) and
+    logprobs run fused
     (:mod:`.fused`: two Triton kernels that exchange through symmetric memory);
     ``fused=False`` forces the torch-ops path (the one CPUs use); by default the fused
     path serves at most 4 ranks (``LOGITS_GATHER_SAMPLING_FUSED``: ``1`` any tp, ``0``
@@ -94,6 +95,8 @@ class VocabParallelSampler:
         self.timeout_s, self.on_timeout = timeout_s, on_timeout
         self._fused = None
         self._fused_topk = False
+        self._topp_warm = False
+        self._topp_if = None  # top-p's IF-node builder (topp.py): None unknown, False none
         if fused and backend != "torch.distributed":
             self._fused, self._fused_topk = fastpath.decide(self, on_timeout == "trap")
         if self._fused is None:
@@ -203,6 +206,8 @@ class VocabParallelSampler:
             if self._fused is None:
                 return filters.sample_plain(self, shard, t, rng.row_keys(seeds), k)
         dev = self.device
+        if self._fused is not None and k is None and p is not None:  # top-p (+ min-p)
+            return topp.sample(self, shard, t, seeds, p, mp)
         if self._fused is not None and p is None and k is None:  # min-p alone: fused
             if isinstance(mp, float):
                 mp = torch.full((m, 1), mp, dtype=torch.float32, device=dev)

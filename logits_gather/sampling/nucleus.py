@@ -1,0 +1,164 @@
+"""Top-p (with or without min-p) on the fused path: candidates that decide the nucleus
+exactly, or say that they cannot (imported lazily: needs Triton).
+
+After the greedy round has given every rank the row's greedy key (so ``s_max``), one
+more round: program ``(row, split)`` of :func:`nucleus_local` computes, over the
+split's kept elements (min-p applied; every element without min-p), the masses
+``q = floor(exp(s - s_max) * 2**40)`` of :mod:`.reference` and their sum, and sends
+an *upper set* of its kept elements as candidates: every kept element with
+``s`` above a level chosen so that at most ``SLOTS`` of them qualify (a 64-bin
+histogram of ``4 * (s_max - s)``). Words per split::
+
+    [sum of q, w = ordered32(largest s left out) (lowest int32: none), best, SLOTS keys]
+
+``best`` is the best score key over all kept elements, computed only for rows whose
+``top_p`` is off (>= 1: plain or min-p sampling). Candidate keys are ``key(s, j)``;
+the final kernel recomputes their masses and Gumbel scores from ``s`` and ``j``
+(the same device functions, so the same bits as the local kernel and the torch ops).
+
+Why it is exact when it decides: let ``B = max(w)`` over all splits. Every kept
+element with ``s > B`` is a candidate (each split sent all of its elements above its
+own ``w``), so the candidates' mass at or above any level ``v > B`` is the row's.
+:func:`nucleus_final` computes ``Z`` (the sum of the splits' sums), ``thr`` as the
+definition does, and decides iff the candidates above ``B`` carry at least ``thr``:
+then ``tau`` (the largest ``s`` whose mass at or above it reaches ``thr``) is above
+``B`` and found by bisection over the candidates, and the kept set ``s >= tau`` is
+among them, ties included. Otherwise the row's token is -1 and ``need`` is set; the
+caller runs the exact torch-ops path (:mod:`.topp`). Rows that are greedy (``T == 0``,
+a non-finite ``s_max``) take the greedy key.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from . import ll
+from .finals import _gathered, _use_greedy
+from .kernels import _load_row, _target
+from .keys import KEY_MIN, argmax_key, index, key, nlnl, ordered32, row_key, scores, value
+
+SCALE: tl.constexpr = tl.constexpr(1099511627776.0)  # 2**40, rng.MASS_SCALE
+HEAD: tl.constexpr = tl.constexpr(3)  # words before a split's candidate slots
+BINS: tl.constexpr = tl.constexpr(64)  # levels of 4 * (s_max - s): 0.25 apart, the last open
+
+
+@triton.jit
+def _mass(s, smax):
+    """The definition's ``floor(exp(s - s_max) * 2**40)`` as int64."""
+    return libdevice.floor(libdevice.exp(s - smax) * SCALE).to(tl.int64)
+
+
+@triton.jit(do_not_specialize=["own", "col0"])
+def nucleus_local(
+    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride,
+    relems, own, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr, MINP: tl.constexpr,
+    WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+    t = tl.load(t_ptr + row)
+    te = tl.where(t > 0.0, t, 1.0)
+    smax = tl.math.div_rn(value(tl.load(gbest_ptr + row)), te)
+    s = tl.math.div_rn(x, te)
+    keep = mask
+    if MINP:
+        keep = keep & ((s - smax) >= tl.load(logmp_ptr + row))
+    q = tl.where(keep, _mass(s, smax), 0)
+    z = tl.sum(q, 0)
+    best = tl.full((), KEY_MIN, tl.int64)
+    if tl.load(p_ptr + row) >= 1.0:  # top-p off in this row: every kept element counts
+        sel = keep & (cols < 0)
+        g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)[1]
+        best = argmax_key(g, gidx, keep)
+    else:
+        d = (smax - s) * 4.0  # >= 0 (s_max is the row's largest s)
+        level = tl.maximum(tl.where(d < BINS - 1, d, BINS - 1).to(tl.int32), 0)  # NaN: last
+        tl.debug_barrier()  # as in keys.kth_largest: the histogram's shared memory
+        hist = tl.histogram(level, BINS, keep)
+        tl.debug_barrier()
+        fits = tl.sum((tl.cumsum(hist, 0) <= SLOTS).to(tl.int32), 0)  # levels that fit
+        sel = keep & (level < fits)
+    h = ordered32(s)
+    w = tl.max(tl.where(keep & ~sel, h, -0x7FFFFFFF - 1), 0).to(tl.int64)
+    ep, off = _target(epoch, pstride, relems, row)
+    base = own + tl.program_id(1) * (HEAD + SLOTS)
+    lanes = ll.lane_word(ll.lanes_init(THREADS), 0, z, THREADS)
+    lanes = ll.lane_word(ll.lane_word(lanes, 1, w, THREADS), 2, best, THREADS)
+    ll.put_lanes(peers, off, base, lanes, HEAD, ep, WORLD, THREADS)
+    slot = tl.cumsum(sel.to(tl.int32), 0) - 1
+    sel = sel & (slot < SLOTS)  # never past the split's slots, whatever the inputs
+    ll.put(peers, off, base + HEAD + slot, key(s, gidx), sel, ep, WORLD)
+    j = tl.arange(0, 64)
+    count = tl.sum(sel.to(tl.int32), 0)
+    empty = (j >= count) & (j < SLOTS)
+    ll.put(peers, off, base + HEAD + j, tl.full([64], KEY_MIN, tl.int64), empty, ep, WORLD)
+
+
+@triton.jit(do_not_specialize=["M"])
+def nucleus_final(
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, gbest_ptr,
+    out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr, LANES: tl.constexpr,
+    THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """The token of every decided row; -1 and ``need`` set for the others."""
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        _nucleus_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+                     p_ptr, gbest_ptr, out_ptr, need_ptr, C, CAND, SLOTS, LANES, THREADS,
+                     TRAP)  # fmt: skip
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def _nucleus_row(
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, gbest_ptr,
+    out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr, LANES: tl.constexpr,
+    THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    F: tl.constexpr = HEAD + SLOTS
+    c = tl.arange(0, CAND)
+    ok = c < C
+    ep, rowbox, z = _gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
+    )
+    w = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
+    best = ll.wait(rowbox, c * F + 2, ok, ep, timeout_us, status, THREADS, TRAP)
+    e = tl.arange(0, LANES)  # candidate e: split e // SLOTS, slot e % SLOTS (LANES >= C * SLOTS)
+    on = (e // SLOTS) < C
+    cand = ll.wait(rowbox, (e // SLOTS) * F + HEAD + e % SLOTS, on, ep, timeout_us, status,
+                   THREADS, TRAP)  # fmt: skip
+    gbest = tl.load(gbest_ptr + row)
+    t = tl.load(t_ptr + row)
+    p = tl.load(p_ptr + row)
+    tok = index(gbest)
+    if not _use_greedy(t, gbest):
+        if p >= 1.0:
+            tok = index(tl.max(tl.where(ok, best, KEY_MIN), 0))
+        else:
+            total = tl.sum(tl.where(ok, z, 0), 0)
+            thr = libdevice.ceil(total.to(tl.float64) * p).to(tl.int64)
+            thr = tl.minimum(tl.maximum(thr, 1), total)
+            bound = tl.max(tl.where(ok, w, -0x7FFFFFFF - 1), 0)
+            h = cand >> 32
+            smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
+            above = on & (cand != KEY_MIN) & (h > bound)
+            q = tl.where(above, _mass(value(cand), smax), 0)
+            if tl.sum(q, 0) >= thr:
+                # The mass at or above lo reaches thr, at or above hi it does not.
+                lo = tl.min(tl.where(above, h, 0x7FFFFFFF), 0)
+                hi = tl.max(tl.where(above, h, bound), 0) + 1
+                while hi - lo > 1:
+                    mid = lo + (hi - lo) // 2
+                    if tl.sum(tl.where(h >= mid, q, 0), 0) >= thr:
+                        lo = mid
+                    else:
+                        hi = mid
+                col = index(cand)
+                sc = key(value(cand) - nlnl(row_key(tl.load(seed_ptr + row)), col), col)
+                tok = index(tl.max(tl.where(above & (h >= lo), sc, KEY_MIN), 0))
+            else:
+                tok = tl.full((), -1, tl.int64)
+                tl.store(need_ptr, 1)
+    tl.store(out_ptr + row, tok)
+    tl.store(epoch + row, ep)
