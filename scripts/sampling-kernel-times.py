@@ -57,8 +57,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         "logprobs": (f.k.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0}),
         "logprobs_n5": (f.k.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8}),
     }
-    locals_["nucleus (top_p)"] = (f.n.nucleus_local, (t, seed, p90, p90, gkey), "nucleus", 0,
-                                  (), nucleus)  # fmt: skip
+    head = (t, seed, p90, p90, gkey)
+    locals_["nucleus (top_p)"] = (f.n.nucleus_local, head, "nucleus", 0, (), nucleus)
     for name, (fn, head, op, room, tail, consts) in locals_.items():
         out[f"{name} local"] = _time(
             lambda: f._local(fn, x, head, op, room, tail, consts)  # noqa: B023 - run at once

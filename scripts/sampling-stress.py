@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from logits_gather.sampling import fused
+from logits_gather.sampling import geometry
 from tests.emulated import Ranks
 from tests.test_sampling_emulated_gpu import V, calls
 
@@ -39,7 +39,7 @@ def main() -> None:
     p.add_argument("--replicated", action="store_true", help="the old waiting-kernel warps")
     args = p.parse_args()
     if args.replicated:
-        fused._warps = lambda elements, most: most
+        geometry._warps = lambda elements, most: most
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
     ranks = Ranks(args.world, V // args.world, 64, dev)
