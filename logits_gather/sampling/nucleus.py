@@ -6,8 +6,9 @@ more round: program ``(row, split)`` of :func:`nucleus_local` computes, over the
 split's kept elements (min-p applied; every element without min-p), the masses
 ``q = floor(exp(s - s_max) * 2**40)`` of :mod:`.reference` and their sum, and sends
 an *upper set* of its kept elements as candidates: every kept element with
-``s`` above a level chosen so that at most ``SLOTS`` of them qualify (a 64-bin
-histogram of ``4 * (s_max - s)``). Words per split::
+``s`` above a level chosen so that at most ``SLOTS`` of them qualify (a 32-bin
+histogram of ``2 * (s_max - s)``: the histogram is about a quarter of this kernel's
+time, 32 bins a little cheaper than 64; benchmarks/NOTES.md). Words per split::
 
     [sum of q, w = ordered32(largest s left out) (lowest int32: none), best, SLOTS keys]
 
@@ -41,7 +42,7 @@ from .keys import KEY_MIN, argmax_key, index, key, nlnl, ordered32, row_key, sco
 
 SCALE: tl.constexpr = tl.constexpr(1099511627776.0)  # 2**40, rng.MASS_SCALE
 HEAD: tl.constexpr = tl.constexpr(3)  # words before a split's candidate slots
-BINS: tl.constexpr = tl.constexpr(64)  # levels of 4 * (s_max - s): 0.25 apart, the last open
+BINS: tl.constexpr = tl.constexpr(32)  # levels of 2 * (s_max - s): 0.5 apart, the last open
 
 
 @triton.jit
@@ -72,7 +73,7 @@ def nucleus_local(
         g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)[1]
         best = argmax_key(g, gidx, keep)
     else:
-        d = (smax - s) * 4.0  # >= 0 (s_max is the row's largest s)
+        d = (smax - s) * 2.0  # >= 0 (s_max is the row's largest s)
         level = tl.maximum(tl.where(d < BINS - 1, d, BINS - 1).to(tl.int32), 0)  # NaN: last
         tl.debug_barrier()  # as in keys.kth_largest: the histogram's shared memory
         hist = tl.histogram(level, BINS, keep)
