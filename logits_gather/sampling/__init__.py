@@ -15,9 +15,11 @@ off GPUs) carry the values.
   ``(seed[i], global column)``, temperature, then min-p and top-k, then top-p,
   each a scalar or per row (the definition and every tie rule: :mod:`.reference`).
   On CUDA with Triton (and at most 4 ranks by default), plain sampling, an int
-  ``top_k <= 64`` and ``min_p`` alone are fused (:mod:`.fused`); per-row tensors,
-  top-p, combined filters and larger ``top_k`` take the exact torch-ops filter path
-  (:mod:`.filters`).
+  ``top_k <= 64``, ``min_p`` alone and ``top_p`` (scalar or per row, with or
+  without ``min_p``) are fused (:mod:`.fused`; top-p's rows that its candidates
+  cannot decide, and then the whole call, take the exact path: :mod:`.topp`);
+  per-row ``top_k``, ``top_k`` with other filters and larger ``top_k`` take the
+  exact torch-ops filter path (:mod:`.filters`).
 - :func:`logprobs` is within ``1e-6 * (1 + |ref|)`` of the exact log_softmax and
   within ``2e-5 * (1 + |ref|)`` of ``torch.log_softmax(gathered.float(), 1)``.
 
