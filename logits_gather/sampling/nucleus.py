@@ -80,15 +80,15 @@ def nucleus_local(
         tl.debug_barrier()
         fits = tl.sum((tl.cumsum(hist, 0) <= SLOTS).to(tl.int32), 0)  # levels that fit
         sel = keep & (level < fits)
+    slot = tl.cumsum(sel.to(tl.int32), 0) - 1
+    sel = sel & (slot < SLOTS)  # never past the split's slots, whatever the inputs
     h = ordered32(s)
-    w = tl.max(tl.where(keep & ~sel, h, -0x7FFFFFFF - 1), 0).to(tl.int64)
+    w = tl.max(tl.where(keep & ~sel, h, -0x7FFFFFFF - 1), 0).to(tl.int64)  # after the cap
     ep, off = _target(epoch, pstride, relems, row)
     base = own + tl.program_id(1) * (HEAD + SLOTS)
     lanes = ll.lane_word(ll.lanes_init(THREADS), 0, z, THREADS)
     lanes = ll.lane_word(ll.lane_word(lanes, 1, w, THREADS), 2, best, THREADS)
     ll.put_lanes(peers, off, base, lanes, HEAD, ep, WORLD, THREADS)
-    slot = tl.cumsum(sel.to(tl.int32), 0) - 1
-    sel = sel & (slot < SLOTS)  # never past the split's slots, whatever the inputs
     ll.put(peers, off, base + HEAD + slot, key(s, gidx), sel, ep, WORLD)
     j = tl.arange(0, 64)
     count = tl.sum(sel.to(tl.int32), 0)
