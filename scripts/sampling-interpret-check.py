@@ -4,8 +4,9 @@
 every rank in a thread of one process, with CPU mailboxes whose peer tables hold
 all ranks' addresses; kernels run one at a time, and each final kernel starts
 once every rank's local kernels ran. It compares with :mod:`.reference` on the
-full logits (greedy and sample exactly; logprobs within 2e-5). CPU ``log`` is
-numpy's, so this checks the logic, not the GPU's bits.
+full logits (greedy and sample exactly; logprobs within 2e-5; top-p: every row the
+candidates decide equals the definition, and the flag is set iff a row is undecided).
+CPU ``log``/``exp`` are numpy's, so this checks the logic, not the GPU's bits.
 """
 
 from __future__ import annotations
