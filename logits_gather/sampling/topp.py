@@ -10,10 +10,10 @@ collective exchanges stay matched.
 - Eager: one host sync per call reads the flag (the fused kernels' result is needed
   to know whether the fallback runs).
 - CUDA graph capture: the fallback is captured into a conditional (IF) node on the
-  flag, so replays run it only when needed, without a host sync: PyTorch's own IF
-  nodes where ``torch.cuda.CUDAGraph`` has them, else :mod:`.conditional` (the driver
-  API; CUDA >= 12.4). Without either, the fallback is captured unconditionally (exact,
-  about 1.4 ms per replay at M=64; logged once).
+  flag, so replays run it only when needed, without a host sync (:mod:`.conditional`,
+  through the driver API: torch 2.11's ``CUDAGraph`` has no IF nodes; CUDA >= 12.4).
+  Without them, the fallback is captured unconditionally (exact, about 1.4 ms per
+  replay at M=64; logged once).
 
 A sampler's first eager top-p call runs the fallback whatever the flag says, so its
 kernels are compiled and loaded before a capture needs them (every eager call builds
@@ -31,21 +31,6 @@ from . import conditional, exchange, filters, ops, select
 
 log = logging.getLogger(__name__)
 _warned: list[bool] = []
-
-
-def _if_node(flag: torch.Tensor) -> Any:
-    """The capturing ``torch.cuda.CUDAGraph``'s IF-node hooks, or None without them."""
-    graph_cls = getattr(torch.cuda, "CUDAGraph", None)
-    getter = getattr(graph_cls, "get_currently_capturing_graph", None)
-    if getter is None:
-        return None
-    try:
-        graph = getter()
-    except Exception:  # noqa: BLE001 - not a torch.cuda.graph capture
-        return None
-    if graph is None or not hasattr(graph, "begin_capture_to_if_node"):
-        return None
-    return graph
 
 
 def _prepare(sampler: Any, m: int) -> None:
@@ -92,25 +77,17 @@ def sample(
             sampler._topp_warm = True
             fallback()
         return out
-    graph = _if_node(need)
-    if graph is None and sampler._topp_if:
+    if sampler._topp_if:
         sampler._topp_if.capture_if(need, fallback)
         return out
-    if graph is None:
-        if not _warned:
-            _warned.append(True)
-            log.warning(
-                "logits_gather.sampling: top-p under a CUDA graph capture without "
-                "conditional nodes (see the log at INFO, or no eager call before the "
-                "capture): the exact fallback runs every replay"
-            )
-        fallback()
-        return out
-    graph.begin_capture_to_if_node(need)
-    try:
-        fallback()
-    finally:
-        graph.end_capture_to_conditional_node()
+    if not _warned:
+        _warned.append(True)
+        log.warning(
+            "logits_gather.sampling: top-p under a CUDA graph capture without "
+            "conditional nodes (see the log at INFO, or no eager call before the "
+            "capture): the exact fallback runs every replay"
+        )
+    fallback()
     return out
 
 
