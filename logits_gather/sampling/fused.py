@@ -57,7 +57,7 @@ class Fused:
         self.col0 = rank * columns
         self.wide = Geometry.of(columns, world, *WIDE)
         self.narrow = Geometry.of(columns, world, *NARROW)
-        self.nucleus_slots = min(64, NUCLEUS_LANES // self.narrow.c)
+        self.nucleus_slots = max(1, min(64, NUCLEUS_LANES // self.narrow.c))
         """Top-p candidate slots per split: 55 at tp=2 and V=151552 (74 splits)."""
         self.box = box
         self.trap = trap
