@@ -13,32 +13,39 @@ log = logging.getLogger(__name__)
 JIT_ENV = "LOGITS_GATHER_SAMPLING_JIT"
 """Set to 1 to launch through Triton's JIT dispatch every time (no cached kernels)."""
 
+_get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
 
 def _spec(a: Any) -> Any:
     """What Triton specialises an argument on: dtype and 16-byte alignment for tensors,
-    ``== 1``, ``% 16 == 0`` and width for ints."""
+    ``== 1``, ``% 16 == 0`` and width for ints (other types: their type)."""
+    if a.__class__ is int:
+        return a == 1, not a & 15, a.bit_length() > 31
     if isinstance(a, torch.Tensor):
-        return a.dtype, a.data_ptr() % 16 == 0
-    return a == 1, a % 16 == 0, a.bit_length() > 31
+        return a.dtype, not a.data_ptr() & 15
+    return type(a)
 
 
 class Launcher:
     """Launches a Triton kernel, skipping the JIT dispatch (10-20 us of host time) after
     the first call of each specialisation: the compiled kernel is cached under the same
-    specialisation key Triton uses, then called through its launcher. Any failure of
-    the cached route falls back to the JIT for good (logged once). Launches go to the
+    specialisation key Triton uses, then launched through its C launcher directly
+    (through ``CompiledKernel.run`` when the kernel needs scratch memory). Any failure
+    of the cached route falls back to the JIT for good (logged once). Launches go to the
     sampler's device and its current stream, whatever the caller's current device."""
 
     def __init__(self, index: int | None = None) -> None:
-        self._cache: dict[tuple, Any] = {}
+        self._cache: dict[tuple, tuple] = {}  # kernels stay alive: they are module globals
         self._jit_only = os.environ.get(JIT_ENV) == "1"
         self._index = index
+        self._stream: Any = None
 
     def __call__(
         self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
     ) -> None:
-        if self._index is not None and torch.cuda.current_device() != self._index:
-            with torch.cuda.device(self._index):
+        index = self._index
+        if index is not None and _get_device() != index:
+            with torch.cuda.device(index):
                 self._launch(fn, grid, args, consts, warps)
         else:
             self._launch(fn, grid, args, consts, warps)
@@ -46,26 +53,19 @@ class Launcher:
     def _launch(
         self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
     ) -> None:
-        key = (fn, grid[1], warps, tuple(consts.values()), *map(_spec, args))
-        ck = None if self._jit_only else self._cache.get(key)
-        if ck is not None:
+        values = tuple(consts.values())
+        key = [id(fn), grid[1], warps, values]  # id: a JITFunction's own hash runs Python
+        for a in args:  # _spec, inlined: this runs for every argument of every launch
+            if a.__class__ is int:
+                key += (a == 1, not a & 15, a.bit_length() > 31)
+            else:
+                key.append(_spec(a))
+        key = tuple(key)
+        entry = None if self._jit_only else self._cache.get(key)
+        if entry is not None:
+            launch, head = entry
             try:
-                from triton.runtime import driver
-
-                stream = driver.active.get_current_stream(torch.cuda.current_device())
-                ck.run(
-                    grid[0],
-                    grid[1],
-                    1,
-                    stream,
-                    ck.function,
-                    ck.packed_metadata,
-                    None,
-                    None,
-                    None,
-                    *args,
-                    *consts.values(),
-                )
+                launch(grid[0], grid[1], 1, self._stream(_get_device()), *head, *args, *values)
                 return
             except Exception:  # noqa: BLE001 - the JIT route below still works
                 log.warning(
@@ -76,7 +76,24 @@ class Launcher:
                 self._jit_only = True
         ck = fn[grid](*args, **consts, num_warps=warps)
         if not self._jit_only and ck is not None and hasattr(ck, "run"):
-            self._cache[key] = ck
+            self._cache[key] = self._entry(ck)
+
+    def _entry(self, ck: Any) -> tuple:
+        """``(launch, arguments before the kernel's)`` for a compiled kernel: its C
+        launcher when it needs no scratch memory (as ``CudaLauncher.__call__`` calls it),
+        else ``CompiledKernel.run``."""
+        if self._stream is None:
+            from triton.runtime import driver
+
+            self._stream = driver.active.get_current_stream
+        run = ck.run
+        hooks = (ck.packed_metadata, None, None, None)  # launch metadata and hooks: none
+        direct = getattr(run, "launch", None)
+        scratch = getattr(run, "global_scratch_size", 1), getattr(run, "profile_scratch_size", 1)
+        if direct is None or any(scratch) or not hasattr(run, "launch_pdl"):
+            return run, (ck.function, *hooks)
+        coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+        return direct, (ck.function, coop, pdl, None, None, *hooks)
 
 
 __all__ = ["JIT_ENV", "Launcher"]
