@@ -16,6 +16,7 @@ from triton.compiler import ASTSource, compile
 from logits_gather.sampling import finals as F
 from logits_gather.sampling import kernels as K
 from logits_gather.sampling import nucleus as N
+from logits_gather.sampling import topk as T
 
 TARGET = GPUTarget("cuda", 90, 32)
 I64P, F32P = "*i64", "*fp32"
@@ -25,7 +26,7 @@ TYPES = {
     "t_ptr": F32P, "seed_ptr": I64P, "logmp_ptr": F32P, "gbest_ptr": I64P, "ids_ptr": I64P,
     "out_ptr": I64P, "lp_ptr": F32P, "top_ids_ptr": I64P, "top_lp_ptr": F32P, "s_ptr": F32P,
     "g_ptr": F32P, "low_ptr": "*i32", "peers": I64P, "epoch": "*i32", "box": I64P, "status": "i64",
-    "pstride": "i64", "relems": "i32", "p_ptr": "*fp64", "need_ptr": "*i1",
+    "pstride": "i64", "relems": "i32", "p_ptr": "*fp64", "need_ptr": "*i1", "flags": "*i32",
 }  # fmt: skip
 
 
@@ -45,7 +46,8 @@ def variants():
         yield "sample_local", K.sample_local, x, local, 8
         yield "topk_probe G=8", K.topk_probe, x, dict(local, G=8), 8
         for kp in (2, 64):
-            yield f"topk_local KP={kp}", K.topk_local, x, dict(local, KP=kp, BITS=bits), 8
+            yield f"topk_local KP={kp}", T.topk_local, x, dict(local, KP=kp), 8
+            yield f"topk_overflow KP={kp}", T.topk_overflow, x, dict(local, KP=kp, BITS=bits), 8
         yield "scores_kernel", K.scores_kernel, x, {"BLOCK": 4096}, 8
         yield "minp_local", K.minp_local, x, local, 8
         for np_ in (0, 32):
@@ -57,8 +59,10 @@ def variants():
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
     yield "topk_reduce G=8", F.topk_reduce, None, dict(final, G=8, THREADS=128), 4
-    yield "sample_final KP=0", F.sample_final, None, dict(final, KP=0), 1
-    yield "sample_final KP=64", F.sample_final, None, dict(final, KP=64, THREADS=256), 8
+    yield "sample_final", F.sample_final, None, final, 1
+    for topp, minp in ((False, False), (True, False), (True, True)):
+        tf = dict(final, CAND=32, KP=64, THREADS=256, TOPP=topp, MINP=minp)
+        yield f"topk_final TOPP={topp} MINP={minp}", T.topk_final, None, tf, 8
     yield "logprobs_final NP=0", F.logprobs_final, None, dict(final, NP=0), 1
     yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
     nf = dict(final, CAND=128, SLOTS=55, LANES=4096, THREADS=256)

@@ -5,7 +5,8 @@ every rank in a thread of one process, with CPU mailboxes whose peer tables hold
 all ranks' addresses; kernels run one at a time, and each final kernel starts
 once every rank's local kernels ran. It compares with :mod:`.reference` on the
 full logits (greedy and sample exactly; logprobs within 2e-5; top-p: every row the
-candidates decide equals the definition, and the flag is set iff a row is undecided).
+candidates decide equals the definition, and the flag is set iff a row is undecided;
+top-k with min-p and top-p, exactly).
 CPU ``log``/``exp`` are numpy's, so this checks the logic, not the GPU's bits.
 """
 
@@ -87,6 +88,8 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
     mixed = torch.tensor([(0.9, 1.0, 0.3, 0.999)[i % 4] for i in range(m)], dtype=torch.float64)
     ops += [("topp", (0.9, None)), ("topp", (0.5, 0.1)), ("topp", (mixed, None))]
     ops += [("topp", (0.95, 0.01))]
+    ops += [("topk_f", (20, 0.9, None)), ("topk_f", (3, 0.5, None)), ("topk_f", (64, mixed, None))]
+    ops += [("topk_f", (50, 0.9, 0.05)), ("topk_f", (20, None, 0.1)), ("topk_f", (1, 0.3, None))]
     undecided = 0
     boxes: dict[int, list[Box]] = {}
 
@@ -145,6 +148,12 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
                 undecided += int((~decided).sum())
                 if not ok:
                     print(op, "got", got.tolist(), "want", want.tolist())
+            elif op == "topk_f":
+                k, p, mp = arg
+                want = reference.sample(full, temp, seeds, top_k=k, top_p=p, min_p=mp)
+                ok = torch.equal(got, want)
+                if not ok:
+                    print(op, "got", got.tolist(), "want", want.tolist())
             elif op.startswith("sample") or op == "minp":
                 f = dict(min_p=arg) if op == "minp" else dict(top_k=arg)
                 want = reference.sample(full, temp, seeds, **f)
@@ -161,7 +170,8 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
                 ) and torch.equal(tid, want.top_ids)
                 if not ok:
                     print(lp, want.logprobs, tid, want.top_ids)
-            tag = "mixed" if isinstance(arg, tuple) and isinstance(arg[0], torch.Tensor) else arg
+            mix = isinstance(arg, tuple) and any(isinstance(a, torch.Tensor) for a in arg)
+            tag = "mixed" if mix else arg
             print(f"world={world} n={n} m={m} {op} {tag} rank {r}: {'ok' if ok else 'FAIL'}")
             fails += not ok
     print(f"top-p rows the candidates left undecided (fallback): {undecided}")
@@ -180,6 +190,13 @@ def _call(f, op, arg, shard, temp, seeds, ids):
         p = p if isinstance(p, torch.Tensor) else torch.full((m,), p, dtype=torch.float64)
         logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
         return f.sample_topp(shard, temp, seeds, p, logmp)
+    if op == "topk_f":
+        k, p, mp = arg
+        m = shard.shape[0]
+        if p is not None and not isinstance(p, torch.Tensor):
+            p = torch.full((m,), p, dtype=torch.float64)
+        logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
+        return f.sample_topk(shard, temp, seeds, k, p, logmp)
     if op.startswith("sample"):
         return f.sample(shard, temp, seeds, arg)
     return f.logprobs(shard, ids, arg or 0)

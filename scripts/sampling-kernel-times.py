@@ -64,17 +64,28 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
             lambda: f._local(fn, x, head, op, room, tail, consts)  # noqa: B023 - run at once
         )
 
-    def topk_round1(k: int = 50) -> None:  # as Fused.sample: the probe and the reduce
+    def topk_round1(k: int = 50) -> torch.Tensor:  # as Fused.sample: the probe and the reduce
         plan = f.wide.topk(k)
         mb = f._local(f.k.topk_probe, x, (), "probe", plan.g, (), {"G": plan.g}, plan.probe)
         gbest, low = f._new(x), f._new(x, torch.int32)
         f._final(f.f.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), {"G": plan.g}, plan.reduce)
+        return low
+
+    def topk_round2(k: int = 50) -> None:  # round 2's writer alone (after round 1 above)
+        plan = f.wide.topk(k)
+        f._local(f.t.topk_local, x, (t, low_k50, flags), "sample_k", plan.kp, (), {"KP": plan.kp})
+
+    low_k50 = topk_round1()
+    flags = torch.zeros(m * f.wide.splits, dtype=torch.int32, device=device)
+    out["topk_local k=50 local"] = _time(topk_round2)
 
     whole = {
         "greedy": lambda: f.greedy(x),
         "sample_k50 round 1": topk_round1,
         "sample": lambda: f.sample(x, t, seed, None),
         "sample_k50": lambda: f.sample(x, t, seed, 50),
+        "sample_k50_p90": lambda: f.sample_topk(x, t, seed, 50, p90, None),
+        "sample_k50_p90_minp": lambda: f.sample_topk(x, t, seed, 50, p90, logmp),
         "sample_minp": lambda: f.sample_minp(x, t, seed, logmp),
         "sample_p90 (fused)": lambda: f.sample_topp(x, t, seed, p90, None),
         "logprobs": lambda: f.logprobs(x, ids, 0),

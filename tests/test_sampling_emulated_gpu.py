@@ -122,6 +122,16 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
             (name, lambda f, r, pm=pm, lm=lm: f.sample_topp(shards[r], temp, seed, pm, lm),
              reference.sample(full, temp, seed, top_p=pm, min_p=mp))
         )  # fmt: skip
+    for name, k, p, mp in (("top_k=20,top_p=0.9", 20, 0.9, None), ("top_k=3,min_p", 3, None, 1),
+                           ("top_k=50,top_p=[M],min_p", 50, p64, 1),
+                           ("top_k=64,top_p=0.5", 64, 0.5, None)):  # fmt: skip
+        pm = p if not isinstance(p, float) else torch.full((m,), p, dtype=torch.float64,
+                                                           device=dev)  # fmt: skip
+        lm, mp = (None, None) if mp is None else (logmp, min_p)
+        out.append(
+            (name, lambda f, r, k=k, pm=pm, lm=lm: f.sample_topk(shards[r], temp, seed, k, pm, lm),
+             reference.sample(full, temp, seed, top_k=k, top_p=pm, min_p=mp))
+        )  # fmt: skip
     for top_n in (0, 1, 5, 20):
         out.append(
             (f"top_n={top_n}", lambda f, r, n_=top_n: f.logprobs(shards[r], ids, n_),

@@ -87,6 +87,7 @@ def _filters(rng: random.Random, m: int, dev: torch.device) -> list[dict]:
         dict(top_p=0.9),
         dict(min_p=0.05),
         dict(top_p=0.5, top_k=50),
+        dict(top_k=20, top_p=col([1.0, 0.9, 0.3]), min_p=0.05),
         dict(
             top_k=col([0, 1, 3, 50, 64, 100, 5000]),
             top_p=col([1.0, 0.3, 0.9, 0.99]),
@@ -198,6 +199,7 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
             sampler.sample(shard, temp, seeds, min_p=min_p),
             sampler.logprobs(shard, ids, 5),
             sampler.sample(peaked, temp, seeds, top_p=top_p, min_p=min_p),
+            sampler.sample(shard, temp, seeds, top_k=40, top_p=top_p, min_p=min_p),
         )
 
     fill(0)
@@ -213,7 +215,9 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
         full, sharp = fill(i)
         delay_random_rank(rng, rank, world)
         graph.replay()
-        g, s, s20, sf, sp, smin, lp, speaked = out
+        g, s, s20, sf, sp, smin, lp, speaked, skp = out
+        want = reference.sample(full, temp, seeds, top_k=40, top_p=top_p, min_p=min_p)
+        assert torch.equal(skp, want), f"replay {i} top_k=40 with top_p and min_p"
         want = reference.sample(sharp, temp, seeds, top_p=top_p, min_p=min_p)
         assert torch.equal(speaked, want), f"replay {i} top_p (peaked, odd: fallback rows)"
         assert torch.equal(g, full.argmax(1)), f"replay {i}"

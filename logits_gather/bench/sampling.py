@@ -38,7 +38,16 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-OPS = ("greedy", "sample", "sample_k50", "sample_p90", "sample_minp05", "logprobs", "logprobs_n5")
+OPS = (
+    "greedy",
+    "sample",
+    "sample_k50",
+    "sample_p90",
+    "sample_k50_p90",
+    "sample_minp05",
+    "logprobs",
+    "logprobs_n5",
+)
 PROG = "python -m logits_gather.bench.sampling"
 # (op, graph-replay target at M=64 in us); greedy also needs >= 3x gather at every M >= 16.
 TARGETS = (
@@ -74,6 +83,7 @@ def _ops(sampler, lg, stock_ok: bool, world: int, shard, temp, seeds, ids):
             "sample": lambda: reference.sample(full(), temp, seeds),
             "sample_k50": lambda: reference.sample(full(), temp, seeds, 50),
             "sample_p90": lambda: reference.sample(full(), temp, seeds, top_p=0.9),
+            "sample_k50_p90": lambda: reference.sample(full(), temp, seeds, 50, 0.9),
             "sample_minp05": lambda: reference.sample(full(), temp, seeds, min_p=0.05),
             "logprobs": lambda: reference.logprobs(full(), ids),
             "logprobs_n5": lambda: reference.logprobs(full(), ids, 5),
@@ -85,6 +95,7 @@ def _ops(sampler, lg, stock_ok: bool, world: int, shard, temp, seeds, ids):
             "sample": lambda: sampler.sample(shard, temp, seeds),
             "sample_k50": lambda: sampler.sample(shard, temp, seeds, 50),
             "sample_p90": lambda: sampler.sample(shard, temp, seeds, top_p=0.9),
+            "sample_k50_p90": lambda: sampler.sample(shard, temp, seeds, 50, 0.9),
             "sample_minp05": lambda: sampler.sample(shard, temp, seeds, min_p=0.05),
             "logprobs": lambda: sampler.logprobs(shard, ids),
             "logprobs_n5": lambda: sampler.logprobs(shard, ids, 5),

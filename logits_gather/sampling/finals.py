@@ -14,7 +14,7 @@ from triton.language.extra import libdevice
 
 from . import ll
 from .kernels import _target
-from .keys import KEY_MIN, index, key, kth_largest, nlnl, ordered32, ordered_value, row_key, value
+from .keys import KEY_MIN, index, kth_largest, ordered32, ordered_value, value
 
 
 @triton.jit
@@ -89,61 +89,27 @@ def _use_greedy(t, gbest):
     return (t == 0.0) | (smax != smax) | (tl.abs(smax) == float("inf"))
 
 
-@triton.jit(do_not_specialize=["M", "k"])
+@triton.jit(do_not_specialize=["M"])
 def sample_final(
-    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, gbest_ptr, out_ptr,
-    C, k, CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, out_ptr, C,
+    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
-    """``C`` splits (all ranks) in the sample format, or top-k round 2's (``KP > 0``; the
-    greedy keys then come from :func:`topk_reduce` in ``gbest_ptr``)."""
-    row = tl.program_id(0).to(tl.int64)
-    while row < M:  # a while loop: the interpreter cannot range over program ids
-        _sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                    gbest_ptr, out_ptr, C, k, CAND, KP, THREADS, TRAP)  # fmt: skip
-        row += tl.num_programs(0)
-
-
-@triton.jit
-def _sample_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, gbest_ptr,
-    out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, THREADS: tl.constexpr,
-    TRAP: tl.constexpr,
-):  # fmt: skip
-    F: tl.constexpr = 2 + KP if KP > 0 else 2
+    """``C`` splits (all ranks) in the sample format (top-k's final is in :mod:`.topk`)."""
     c = tl.arange(0, CAND)
     ok = c < C
-    ep, rowbox, w0 = _gathered(
-        box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
-    )
-    w1 = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
-    if KP == 0:
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        ep, rowbox, w0 = _gathered(
+            box, epoch, pstride, relems, status, timeout_us, row, c * 2, ok, THREADS, TRAP
+        )
+        w1 = ll.wait(rowbox, c * 2 + 1, ok, ep, timeout_us, status, THREADS, TRAP)
         gbest = tl.max(tl.where(ok, w0, KEY_MIN), 0)
         sbest = tl.max(tl.where(ok, w1, KEY_MIN), 0)
-    else:
-        gbest = tl.load(gbest_ptr + row)
-        e = tl.arange(0, CAND * KP)  # candidate e: split e // KP, slot e % KP (1-D throughout)
-        on = (e // KP) < C
-        head = (e // KP) * F
-        cand = ll.wait(rowbox, head + 2 + e % KP, on, ep, timeout_us, status, THREADS, TRAP)
-        tie = ll.wait(rowbox, head, on, ep, timeout_us, status, THREADS, TRAP)
-        floor = ll.wait(rowbox, head + 1, on, ep, timeout_us, status, THREADS, TRAP)
-        valid = on & (cand != KEY_MIN)
-        h = cand >> 32
-        kk = tl.minimum(k, tl.sum(valid.to(tl.int32), 0))
-        u = (h.to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
-        cut = kth_largest(u, valid, tl.maximum(kk, 1), 32)
-        cut = (cut ^ 0x80000000).to(tl.int32, bitcast=True).to(tl.int64)
-        col = index(cand)
-        rkey = row_key(tl.load(seed_ptr + row))
-        sc = key(value(cand) - nlnl(rkey, col), col)
-        # A split that left out elements equal to its k-th value sent the best score
-        # among all of those (the tie word), which stands for each of them.
-        sc = tl.where((h == floor) & (tie != KEY_MIN), tie, sc)
-        sbest = tl.max(tl.where(valid & (h >= cut), sc, KEY_MIN), 0)
-    t = tl.load(t_ptr + row)
-    tok = tl.where(_use_greedy(t, gbest), index(gbest), index(sbest))
-    tl.store(out_ptr + row, tok)
-    tl.store(epoch + row, ep)
+        t = tl.load(t_ptr + row)
+        tok = tl.where(_use_greedy(t, gbest), index(gbest), index(sbest))
+        tl.store(out_ptr + row, tok)
+        tl.store(epoch + row, ep)
+        row += tl.num_programs(0)
 
 
 @triton.jit(do_not_specialize=["M", "n"])

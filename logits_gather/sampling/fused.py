@@ -50,9 +50,9 @@ class Fused:
         wait_ctas: int | None = None,
         index: int | None = None,
     ) -> None:
-        from . import finals, kernels, nucleus
+        from . import finals, kernels, nucleus, topk
 
-        self.k, self.f, self.n = kernels, finals, nucleus
+        self.k, self.f, self.n, self.t = kernels, finals, nucleus, topk
         self.columns, self.world, self.rank = columns, world, rank
         self.col0 = rank * columns
         self.wide = Geometry.of(columns, world, *WIDE)
@@ -63,6 +63,8 @@ class Fused:
         self.trap = trap
         self.wait_ctas = wait_ctas
         self.launch = Launcher(index)
+        self._words: dict[tuple[str, int], int] = {}
+        self._flags: torch.Tensor | None = None  # top-k's overflow marks (:mod:`.topk`)
 
     def geometry(self, op: str, room: int = 0) -> Geometry:
         """The geometry of ``op`` (``logprobs`` with ``room`` top-n slots)."""
@@ -72,14 +74,18 @@ class Fused:
 
     def words(self, op: str, room: int = 0) -> int:
         """Words per rank and row of ``op``'s mailbox."""
-        s = self.geometry(op, room).splits
-        return {
-            "greedy": s,
-            "sample": 2 * s,
-            "probe": (1 + room) * s,
-            "sample_k": (2 + room) * s,
-            "nucleus": (3 + self.nucleus_slots) * s,
-        }.get(op, 1 + s * (1 + room))
+        w = self._words.get((op, room))
+        if w is None:
+            s = self.geometry(op, room).splits
+            w = {
+                "greedy": s,
+                "sample": 2 * s,
+                "probe": (1 + room) * s,
+                "sample_k": (2 + room) * s,
+                "nucleus": (3 + self.nucleus_slots) * s,
+            }.get(op, 1 + s * (1 + room))
+            self._words[op, room] = w
+        return w
 
     def _local(
         self, fn, shard, head: tuple, op: str, room: int, tail: tuple, consts: dict,
@@ -94,8 +100,6 @@ class Fused:
         args += (self.rank * words, *tail, self.columns, self.col0)
         warps = warps or geo.warps
         consts = dict(consts, BLOCK=geo.block, WORLD=self.world, THREADS=32 * warps)
-        if "KP" in consts:  # radix keys: x's bits (16 are exact for bf16)
-            consts["BITS"] = 16 if shard.dtype == torch.bfloat16 else 32
         self.launch(fn, (shard.shape[0], geo.splits), args, consts, warps)
         return mb
 
@@ -122,22 +126,49 @@ class Fused:
         self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, k: int | None
     ) -> torch.Tensor:
         """``t`` fp32 ``[M]``, ``seed`` int64 ``[M]``; ``k`` None or 1..64 (fast top-k)."""
+        if k is not None:
+            return self.sample_topk(shard, t, seed, k, None, None)
         m, out = shard.shape[0], self._new(shard)
-        if k is None:
-            mb = self._local(self.k.sample_local, shard, (t, seed), "sample", 0, (), {})
-            tail = (t, seed, out, out, self.narrow.c, 0)
-            self._final(self.f.sample_final, m, mb, tail, {"KP": 0}, 1, self.narrow)
-            return out
-        # Round 1: the largest x of G column groups per split (G * c >= k) bound the
-        # row's k-th from below; round 2: each split sends every element at or above it.
-        c, plan = self.wide.c, self.wide.topk(k)
+        mb = self._local(self.k.sample_local, shard, (t, seed), "sample", 0, (), {})
+        tail = (t, seed, out, self.narrow.c)
+        self._final(self.f.sample_final, m, mb, tail, {}, 1, self.narrow)
+        return out
+
+    def sample_topk(
+        self,
+        shard: torch.Tensor,
+        t: torch.Tensor,
+        seed: torch.Tensor,
+        k: int,
+        p: torch.Tensor | None,
+        log_min_p: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Top-k (``k`` 1..64), then min-p (``log_min_p`` fp32 ``[M]``) and top-p (``p``
+        float64 ``[M]``, rows ``>= 1`` off) over the exact top-k set (:mod:`.topk`).
+
+        Round 1: the largest x of G column groups per split (G * c >= k) bound the
+        row's k-th from below; round 2: each split sends every element at or above it,
+        or (rare, a second writer) its k largest."""
+        m, c, plan = shard.shape[0], self.wide.c, self.wide.topk(k)
         g, kp = plan.g, plan.kp
         mb = self._local(self.k.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
         gbest, low = self._new(shard), self._new(shard, torch.int32)
         self._final(self.f.topk_reduce, m, mb, (t, gbest, low, c, k), {"G": g}, plan.reduce)
-        mb = self._local(self.k.topk_local, shard, (t, seed, low), "sample_k", kp, (k,), {"KP": kp})
-        tail = (t, seed, gbest, out, c, k)
-        self._final(self.f.sample_final, m, mb, tail, {"KP": kp}, plan.final)
+        mb = self.box(self.words("sample_k", kp), m)
+        need = mb.capacity * self.wide.splits
+        if self._flags is None or self._flags.numel() < need:
+            self._flags = torch.zeros(need, dtype=torch.int32, device=shard.device)
+        flags = self._flags
+        self._local(self.t.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
+        head = (t, seed, flags)
+        bits = 16 if shard.dtype == torch.bfloat16 else 32  # radix keys: x's bits (exact)
+        consts = {"KP": kp, "BITS": bits}
+        self._local(self.t.topk_overflow, shard, head, "sample_k", kp, (k,), consts)
+        out = self._new(shard)
+        tail = (t, seed, t if p is None else p, t if log_min_p is None else log_min_p)
+        tail += (gbest, out, c, k)
+        consts = {"KP": kp, "TOPP": p is not None, "MINP": log_min_p is not None}
+        self._final(self.t.topk_final, m, mb, tail, consts, plan.final)
         return out
 
     def scores(
@@ -167,8 +198,8 @@ class Fused:
         head = (t, seed, log_min_p, gbest)
         mb = self._local(self.k.minp_local, shard, head, "sample", 0, (), {})
         out = self._new(shard)
-        tail = (t, seed, out, out, self.narrow.c, 0)
-        self._final(self.f.sample_final, shard.shape[0], mb, tail, {"KP": 0}, 1, self.narrow)
+        tail = (t, seed, out, self.narrow.c)
+        self._final(self.f.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
         return out
 
     def sample_topp(

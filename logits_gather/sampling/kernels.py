@@ -15,6 +15,7 @@ sample_local       key(x max), key(best g)                             2        
 minp_local         global key(x max), key(best g among kept)           2         0
 topk_probe         key(x max), key(s max) of each of G column groups   1 + G     0
 topk_local         tie word, floor, candidate keys (s, j) in KP slots  2 + KP    0
+                   (in :mod:`.topk`, with its overflow kernel)
 logprobs_local     (max, sum exp) fp32 pair, top_n keys (x, j)         1 + NP    1
 =================  ==================================================  ========  ====
 
@@ -30,18 +31,14 @@ from triton.language.extra import libdevice
 
 from . import ll
 from .keys import (
-    KEY_MIN,
     argmax_key,
     best_key,
-    key,
     key_at,
     max_or_nan,
     ordered,
     ordered32,
-    radix_bits,
     row_key,
     scores,
-    top_select,
     value,
 )
 
@@ -140,41 +137,6 @@ def topk_probe(
     lanes = ll.lane_word(lanes, 0, key_at(h, gidx, tl.max(tops, 0))[0], THREADS)
     ep, off = _target(epoch, pstride, relems, row)
     ll.put_lanes(peers, off, own + tl.program_id(1) * (1 + G), lanes, 1 + G, ep, WORLD, THREADS)
-
-
-@triton.jit(do_not_specialize=["own", "k", "col0"])
-def topk_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, low_ptr, peers, epoch, pstride, relems, own, k, N,
-    col0, BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr,
-    THREADS: tl.constexpr,
-):  # fmt: skip
-    """Top-k, round 2: [tie word, floor, candidates (s keys) in ``KP`` slots]. The
-    candidates are every element with s at or above the row's bound from round 1 when
-    they fit, else the split's k largest, found by a radix select: then ``floor`` is
-    the k-th largest s (ordered) and the tie word the best score key among the
-    elements equal to it when some of those were left out (KEY_MIN otherwise)."""
-    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
-    t = tl.load(t_ptr + row)
-    s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
-    h = ordered32(s)
-    sel = mask & (h >= tl.load(low_ptr + row))
-    tie = tl.full((), KEY_MIN, tl.int64)
-    floor = tl.full((), KEY_MIN, tl.int64)
-    if tl.sum(sel.to(tl.int32), 0) > KP:  # rare: more candidates than slots
-        sel, _, v, overflow = top_select(h, radix_bits(x, BITS), mask, k, BITS)
-        floor = v.to(tl.int64)
-        if overflow:
-            g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)[1]
-            tie = tl.max(tl.where(mask & (h == v), key(g, gidx), KEY_MIN), 0)
-    slot = tl.cumsum(sel.to(tl.int32), 0) - 1
-    sel = sel & (slot < KP)  # never write past the split's slots
-    ep, off = _target(epoch, pstride, relems, row)
-    base = own + tl.program_id(1) * (2 + KP)
-    ll.put_few(peers, off, base, tie, floor, ep, 2, WORLD, THREADS)
-    ll.put(peers, off, base + 2 + slot, key(s, gidx), sel, ep, WORLD)
-    j = tl.arange(0, KP)
-    count = tl.sum(sel.to(tl.int32), 0)
-    ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
 
 
 @triton.jit(do_not_specialize=["own", "col0"])

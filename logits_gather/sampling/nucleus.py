@@ -51,6 +51,34 @@ def _mass(s, smax):
     return libdevice.floor(libdevice.exp(s - smax) * SCALE).to(tl.int64)
 
 
+@triton.jit
+def _thr(total, p):
+    """The definition's ``min(Z, max(1, ceil(float64(Z) * p)))``."""
+    thr = libdevice.ceil(total.to(tl.float64) * p).to(tl.int64)
+    return tl.minimum(tl.maximum(thr, 1), total)
+
+
+@triton.jit
+def _cut(h, q, lo, hi, thr):
+    """The largest level in ``[lo, hi)`` whose mass (``q`` at ``h`` at or above it)
+    reaches ``thr``, by bisection: the mass at or above ``lo`` must reach it, the mass
+    at or above ``hi`` must not."""
+    while hi - lo > 1:
+        mid = lo + (hi - lo) // 2
+        if tl.sum(tl.where(h >= mid, q, 0), 0) >= thr:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@triton.jit
+def _score_keys(cand, seed_ptr, row):
+    """Gumbel score keys of candidate keys ``key(s, j)``."""
+    col = index(cand)
+    return key(value(cand) - nlnl(row_key(tl.load(seed_ptr + row)), col), col)
+
+
 @triton.jit(do_not_specialize=["own", "col0"])
 def nucleus_local(
     x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride,
@@ -137,9 +165,7 @@ def _nucleus_row(
         if p >= 1.0:
             tok = index(tl.max(tl.where(ok, best, KEY_MIN), 0))
         else:
-            total = tl.sum(tl.where(ok, z, 0), 0)
-            thr = libdevice.ceil(total.to(tl.float64) * p).to(tl.int64)
-            thr = tl.minimum(tl.maximum(thr, 1), total)
+            thr = _thr(tl.sum(tl.where(ok, z, 0), 0), p)
             bound = tl.max(tl.where(ok, w, -0x7FFFFFFF - 1), 0)
             h = cand >> 32
             smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
@@ -149,14 +175,8 @@ def _nucleus_row(
                 # The mass at or above lo reaches thr, at or above hi it does not.
                 lo = tl.min(tl.where(above, h, 0x7FFFFFFF), 0)
                 hi = tl.max(tl.where(above, h, bound), 0) + 1
-                while hi - lo > 1:
-                    mid = lo + (hi - lo) // 2
-                    if tl.sum(tl.where(h >= mid, q, 0), 0) >= thr:
-                        lo = mid
-                    else:
-                        hi = mid
-                col = index(cand)
-                sc = key(value(cand) - nlnl(row_key(tl.load(seed_ptr + row)), col), col)
+                lo = _cut(h, q, lo, hi, thr)
+                sc = _score_keys(cand, seed_ptr, row)
                 tok = index(tl.max(tl.where(above & (h >= lo), sc, KEY_MIN), 0))
             else:
                 tok = tl.full((), -1, tl.int64)

@@ -16,6 +16,13 @@ from .filters import MAX_CANDIDATES
 log = logging.getLogger(__name__)
 
 
+def _row(value: float | torch.Tensor, m: int, dtype: torch.dtype, dev: torch.device):
+    """A filter's scalar or ``[M, 1]`` tensor as ``[M, 1]`` of ``dtype`` on ``dev``."""
+    if isinstance(value, torch.Tensor):
+        return value
+    return torch.full((m, 1), value, dtype=dtype, device=dev)
+
+
 class Logprobs(NamedTuple):
     """``logprobs[i]`` = log_softmax(row i)[token_ids[i]] (fp32); ``top_ids``/``top_logprobs``
     are the ``top_n`` largest logits of each row, largest first, ties by lower id."""
@@ -46,8 +53,9 @@ class VocabParallelSampler:
     (:mod:`.fused`: two Triton kernels that exchange through symmetric memory);
     ``fused=False`` forces the torch-ops path (the one CPUs use); by default the fused
     path serves at most 4 ranks (``LOGITS_GATHER_SAMPLING_FUSED``: ``1`` any tp, ``0``
-    never); an int ``top_k <= 64`` joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=0``
-    (the same on every rank). ``timeout_s`` and ``on_timeout`` bound the fused
+    never); an int ``top_k <= 64``, with or without ``top_p`` and ``min_p``
+    (:mod:`.topk`), joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=0`` (the same
+    on every rank). ``timeout_s`` and ``on_timeout`` bound the fused
     kernels' waits for peers as in ``LogitsGather`` (defaults from
     ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see :meth:`check`.
     """
@@ -206,6 +214,15 @@ class VocabParallelSampler:
             if self._fused is None:
                 return filters.sample_plain(self, shard, t, rng.row_keys(seeds), k)
         dev = self.device
+        if (
+            self._fused is not None
+            and isinstance(k, int)
+            and self._fused_topk
+            and k <= MAX_CANDIDATES
+        ):  # top-k, then min-p and/or top-p over the exact top-k set
+            pv = None if p is None else _row(p, m, torch.float64, dev).view(m)
+            lmp = None if mp is None else torch.log(_row(mp, m, torch.float32, dev)).view(m)
+            return self._fused.sample_topk(shard, t.view(m), seeds, k, pv, lmp)
         if self._fused is not None and k is None and p is not None:  # top-p (+ min-p)
             return topp.sample(self, shard, t, seeds, p, mp)
         if self._fused is not None and p is None and k is None:  # min-p alone: fused

@@ -1,0 +1,185 @@
+"""Top-k on the fused path, with min-p and top-p over the exact top-k set (imported
+lazily: needs Triton): round 2's writers and the final kernel.
+
+Round 1 (:func:`.kernels.topk_probe`, :func:`.finals.topk_reduce`) gives every rank the
+row's greedy key and a bound ``low`` at or below the row's k-th largest ``s``. Round 2
+has two writers on the ``(M, S)`` grid, launched back to back:
+
+- :func:`topk_local`: a split with at most ``KP`` elements at or above ``low`` sends
+  them all; a split with more sends nothing and marks itself in ``flags`` with the
+  row's epoch (every program stores its flag on every call, so no flag is stale).
+- :func:`topk_overflow`: only the marked splits (rare), which send their ``k`` largest
+  (a radix select). This code lives in its own kernel: inside :func:`topk_local`,
+  never run, it made that kernel 1.7x slower at M=64 (benchmarks/NOTES.md).
+
+Words per split: ``[tie, floor, KP candidate keys key(s, j)]``. ``tie`` and ``floor``
+are KEY_MIN unless the split left out elements equal to its k-th largest ``v``; then
+``floor = (count left out << 32) | ordered32(v)`` and ``tie`` is the best Gumbel
+score key among all of the split's elements equal to ``v`` (they share one ``s``).
+
+Why the final kernel knows the kept set exactly: let ``T`` be the row's k-th largest
+``s``. A split that sent everything at or above ``low <= T`` sent all its elements at or
+above ``T``; a split that sent its k largest either sent ``k`` elements ``>= T`` or all
+of its elements ``>= T``, but for left-out elements equal to its ``v <= T``. So the
+k-th largest candidate is ``T`` (the cut), and the row's elements at or above ``T``
+are the candidates there plus, for each split whose ``v`` equals ``T``, its left-out
+count at value ``T``. min-p then keeps an upper set of those, and top-p needs only
+their masses: ``Z``, ``thr`` and ``tau`` are computed as :mod:`.reference` defines
+them (``tau`` by bisection over the candidates' ``ordered32(s)``), and the token is
+the best score among the kept elements at or above ``tau``. No fallback is needed.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from . import ll
+from .finals import _gathered, _use_greedy
+from .kernels import _load_row, _target
+from .keys import (
+    KEY_MIN,
+    LOW,
+    index,
+    key,
+    kth_largest,
+    ordered32,
+    ordered_value,
+    radix_bits,
+    row_key,
+    scores,
+    top_select,
+    value,
+)
+from .nucleus import _cut, _mass, _score_keys, _thr
+
+
+@triton.jit(do_not_specialize=["own", "col0"])
+def topk_local(
+    x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own, N, col0,
+    BLOCK: tl.constexpr, KP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+    t = tl.load(t_ptr + row)
+    s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+    sel = mask & (ordered32(s) >= tl.load(low_ptr + row))
+    slot = tl.cumsum(sel.to(tl.int32), 0) - 1
+    count = tl.sum(sel.to(tl.int32), 0)
+    fits = count <= KP
+    ep, off = _target(epoch, pstride, relems, row)
+    split = tl.program_id(1)
+    tl.store(flags + row * tl.num_programs(1) + split, tl.where(fits, -ep, ep))
+    base = own + split * (2 + KP)
+    heads = tl.where(fits, 2, 0)  # tie and floor: KEY_MIN (lanes_init's words)
+    ll.put_lanes(peers, off, base, ll.lanes_init(THREADS), heads, ep, WORLD, THREADS)
+    ll.put(peers, off, base + 2 + slot, key(s, gidx), sel & fits, ep, WORLD)
+    j = tl.arange(0, KP)
+    empty = (j >= count) & fits
+    ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), empty, ep, WORLD)
+
+
+@triton.jit(do_not_specialize=["own", "k", "col0"])
+def topk_overflow(
+    x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, N, col0,
+    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr,
+    THREADS: tl.constexpr,
+):  # fmt: skip
+    """The splits :func:`topk_local` marked: their ``k`` (<= KP) largest elements."""
+    row = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    ep, off = _target(epoch, pstride, relems, row)
+    if tl.load(flags + row * tl.num_programs(1) + split) == ep:
+        row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+        t = tl.load(t_ptr + row)
+        s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+        h = ordered32(s)
+        sel, slot, v, overflow = top_select(h, radix_bits(x, BITS), mask, k, BITS)
+        tie = tl.full((), KEY_MIN, tl.int64)
+        floor = tl.full((), KEY_MIN, tl.int64)
+        if overflow:
+            eq = mask & (h == v)
+            g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)[1]
+            tie = tl.max(tl.where(eq, key(g, gidx), KEY_MIN), 0)
+            left = tl.sum((eq & ~sel).to(tl.int32), 0).to(tl.int64)
+            floor = (left << 32) | (v.to(tl.int64) & LOW)
+        sel = sel & (slot < KP)  # k <= KP: a guard
+        base = own + split * (2 + KP)
+        ll.put_few(peers, off, base, tie, floor, ep, 2, WORLD, THREADS)
+        ll.put(peers, off, base + 2 + slot, key(s, gidx), sel, ep, WORLD)
+        j = tl.arange(0, KP)
+        count = tl.sum(sel.to(tl.int32), 0)
+        ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
+
+
+@triton.jit(do_not_specialize=["M", "k"])
+def topk_final(
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, logmp_ptr,
+    gbest_ptr, out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
+    MINP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """The token of every row: top-k, then min-p (``MINP``: ``logmp_ptr`` fp32) and top-p
+    (``TOPP``: ``p_ptr`` float64, rows with ``p >= 1`` off)."""
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
+                  logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, THREADS,
+                  TRAP)  # fmt: skip
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def _topk_row(
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, logmp_ptr,
+    gbest_ptr, out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
+    MINP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    F: tl.constexpr = 2 + KP
+    c = tl.arange(0, CAND)
+    ep, rowbox, _ = _gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, c * F, c < C, THREADS, TRAP
+    )
+    e = tl.arange(0, CAND * KP)  # candidate e: split e // KP, slot e % KP (1-D throughout)
+    on = (e // KP) < C
+    head = (e // KP) * F
+    cand = ll.wait(rowbox, head + 2 + e % KP, on, ep, timeout_us, status, THREADS, TRAP)
+    tie = ll.wait(rowbox, head, on, ep, timeout_us, status, THREADS, TRAP)
+    floor = ll.wait(rowbox, head + 1, on, ep, timeout_us, status, THREADS, TRAP)
+    gbest = tl.load(gbest_ptr + row)
+    t = tl.load(t_ptr + row)
+    tok = index(gbest)
+    if not _use_greedy(t, gbest):
+        valid = on & (cand != KEY_MIN)
+        h = cand >> 32
+        kk = tl.minimum(k, tl.sum(valid.to(tl.int32), 0))
+        u = (h.to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
+        cut = kth_largest(u, valid, tl.maximum(kk, 1), 32)
+        cut = (cut ^ 0x80000000).to(tl.int32, bitcast=True).to(tl.int64)
+        left = tie != KEY_MIN  # this lane's split left out elements equal to its floor
+        fh = (floor & LOW).to(tl.int32).to(tl.int64)
+        kept = valid & (h >= cut)
+        lo = cut
+        s = value(cand)
+        smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
+        vcut = ordered_value(cut.to(tl.int32))
+        if MINP:
+            lmp = tl.load(logmp_ptr + row)
+            kept = kept & ((s - smax) >= lmp)
+        if TOPP:
+            p = tl.load(p_ptr + row)
+            if p < 1.0:
+                q = tl.where(kept, _mass(s, smax), 0)
+                # Left-out elements at the cut, once per split (its slot-0 lane).
+                first = on & (e % KP == 0) & left & (fh == cut)
+                n = tl.sum(tl.where(first, floor >> 32, 0), 0)
+                if MINP:
+                    n = tl.where((vcut - smax) >= lmp, n, 0)
+                thr = _thr(tl.sum(q, 0) + n * _mass(vcut, smax), p)
+                # The mass at or above the cut is all of it; above the largest, none.
+                lo = _cut(h, q, lo, tl.max(tl.where(kept, h, cut), 0) + 1, thr)
+        sc = _score_keys(cand, seed_ptr, row)
+        # A split that left out elements equal to its k-th value sent the best score
+        # among all of those (the tie word), which stands for each of them.
+        sc = tl.where(left & (h == fh), tie, sc)
+        tok = index(tl.max(tl.where(kept & (h >= lo), sc, KEY_MIN), 0))
+    tl.store(out_ptr + row, tok)
+    tl.store(epoch + row, ep)
