@@ -16,6 +16,7 @@ from triton.compiler import ASTSource, compile
 from logits_gather.sampling import finals as F
 from logits_gather.sampling import kernels as K
 from logits_gather.sampling import nucleus as N
+from logits_gather.sampling import spill as S
 from logits_gather.sampling import topk as T
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -27,6 +28,7 @@ TYPES = {
     "out_ptr": I64P, "lp_ptr": F32P, "top_ids_ptr": I64P, "top_lp_ptr": F32P, "s_ptr": F32P,
     "g_ptr": F32P, "low_ptr": "*i32", "peers": I64P, "epoch": "*i32", "box": I64P, "status": "i64",
     "pstride": "i64", "relems": "i32", "p_ptr": "*fp64", "need_ptr": "*i1", "flags": "*i32",
+    "lam_ptr": "*i32", "thr_ptr": I64P, "seen_ptr": "*i32",
 }  # fmt: skip
 
 
@@ -55,6 +57,8 @@ def variants():
         for minp in (False, True):
             narrow = dict(local, BLOCK=2048, THREADS=128, SLOTS=55, MINP=minp)
             yield f"nucleus_local MINP={minp}", N.nucleus_local, x, narrow, 4
+        again = dict(local, BLOCK=2048, THREADS=128, SLOTS=55)
+        yield "again_local", S.again_local, x, again, 4
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
@@ -67,6 +71,7 @@ def variants():
     yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
     nf = dict(final, CAND=128, SLOTS=55, LANES=4096, THREADS=256)
     yield "nucleus_final", N.nucleus_final, None, nf, 8
+    yield "again_final", S.again_final, None, nf, 8
     yield "noise_kernel", K.noise_kernel, F32P, {"BLOCK": 1024}, 4
 
 

@@ -74,12 +74,19 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
     for i in range(6, m):  # one large value per 8 columns: on narrow shards fewer
         full[i] = torch.rand(v, generator=gen) - 5.0  # column groups than k hold one
         full[i, ::8] += 15.0
+    if m > 7 and n >= 4096:  # one dense split hides round 1's cut: round 2 decides it
+        full[7] = -20.0
+        full[7, :70] = 10.0 - 0.49 * torch.arange(70) / 70
+        for start in range(2048, v, 2048):
+            full[7, start : start + 60] = 9.95
     full = full.to(dtype)
     temp = torch.rand(m, generator=gen) * 2
     temp[0] = 0.7
     if m > 3:
         temp[3] = 0.0
     temp[6:] = 50.0  # nearly uniform over the kept set: a missing element shows
+    if m > 7:
+        temp[7] = 1.0
     seeds = torch.randint(-(2**62), 2**62, (m,), generator=gen)
     ids = torch.randint(0, v, (m,), generator=gen)
     fails = 0
@@ -90,7 +97,7 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
     ops += [("topp", (0.95, 0.01))]
     ops += [("topk_f", (20, 0.9, None)), ("topk_f", (3, 0.5, None)), ("topk_f", (64, mixed, None))]
     ops += [("topk_f", (50, 0.9, 0.05)), ("topk_f", (20, None, 0.1)), ("topk_f", (1, 0.3, None))]
-    undecided = 0
+    undecided = spilled = rescued = 0
     boxes: dict[int, list[Box]] = {}
 
     def box_for(rank: int):
@@ -146,6 +153,9 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
                     (~decided).any()
                 )
                 undecided += int((~decided).sum())
+                again = fs[r].spilled != 0x7FFFFFFF
+                spilled += int(again.sum())
+                rescued += int((again & decided).sum())
                 if not ok:
                     print(op, "got", got.tolist(), "want", want.tolist())
             elif op == "topk_f":
@@ -174,7 +184,13 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
             tag = "mixed" if mix else arg
             print(f"world={world} n={n} m={m} {op} {tag} rank {r}: {'ok' if ok else 'FAIL'}")
             fails += not ok
-    print(f"top-p rows the candidates left undecided (fallback): {undecided}")
+    print(
+        f"top-p rows left to round 2: {spilled}, of which it decided {rescued}; "
+        f"undecided (fallback): {undecided}"
+    )
+    if rescued == 0 and world == 3 and m > 7:
+        print("FAIL: round 2 decided no row of the dense-split case")
+        fails += 1
     return fails
 
 
@@ -214,6 +230,7 @@ def main() -> int:
         (2, 5000, 3, torch.bfloat16),
         (2, 5000, 6, torch.float32),
         (2, 9000, 6, torch.float16),
+        (3, 5000, 8, torch.bfloat16),
     ):
         fails += run(world, n, m, random.randrange(2**31), dtype)
     print("FAILURES:", fails)

@@ -48,6 +48,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     p90 = torch.full((m,), 0.9, dtype=torch.float64, device=device)
     gkey = f.greedy(x, key=True)
     tok, _ = f.sample_topp(x, t, seed, p90, None)
+    out["top_p=0.9 rows to round 2"] = float((f.spilled != 0x7FFFFFFF).sum())
     out["top_p=0.9 rows undecided"] = float((tok < 0).sum())
     nucleus = {"SLOTS": f.nucleus_slots, "MINP": False}
     locals_ = {

@@ -170,3 +170,33 @@ def test_emulated_ranks_match_gathered(world: int) -> None:
         _iteration(ranks, rng, it, 5, warm=True)
     for it in range(int(os.environ.get("LOGITS_GATHER_STRESS_ITERS", "12"))):
         _iteration(ranks, rng, it)
+
+
+def test_topp_second_round_decides_a_dense_split() -> None:
+    """One split dense near the top hides round 1's cut (every split's candidates stop
+    at the largest value some split left out); round 2 (:mod:`.spill`) must then decide
+    the row, exactly, on every rank, without the fallback."""
+    from logits_gather.sampling import reference
+
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    world, m = 2, 4
+    ranks = Ranks(world, V // world, 8, dev)
+    rng = random.Random(7)
+    full = (torch.randn(m, V, device=dev) * 3).to(torch.bfloat16)
+    full[1] = -20.0
+    full[1, :70] = (10.0 - 0.49 * torch.arange(70, device=dev) / 70).to(torch.bfloat16)
+    for start in range(2048, V, 2048):  # 40 elements in every other split, just below
+        full[1, start : start + 40] = 9.95
+    shards = [full[:, r * (V // world) : (r + 1) * (V // world)] for r in range(world)]
+    temp = torch.tensor([0.8, 1.0, 0.8, 1.3], device=dev)
+    seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev)
+    p = torch.full((m,), 0.5, dtype=torch.float64, device=dev)
+    call = lambda f, r: f.sample_topp(shards[r], temp, seed, p, None)  # noqa: E731
+    ranks.warm(call)
+    for _ in range(3):
+        outs = ranks.run(call, (rng.randrange(world), rng.randrange(0, 200_000)))
+        _topp_ok(ranks, outs, reference.sample(full, temp, seed, top_p=p), "dense split")
+        again = ranks.fused[0].spilled != 0x7FFFFFFF
+        assert bool(again[1]), "round 1 decided the dense-split row: the test lost its case"
+        assert bool((outs[0][0][again] >= 0).all()), "round 2 left the dense-split row"

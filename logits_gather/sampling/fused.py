@@ -50,9 +50,9 @@ class Fused:
         wait_ctas: int | None = None,
         index: int | None = None,
     ) -> None:
-        from . import finals, kernels, nucleus, topk
+        from . import finals, kernels, nucleus, spill, topk
 
-        self.k, self.f, self.n, self.t = kernels, finals, nucleus, topk
+        self.k, self.f, self.n, self.t, self.s = kernels, finals, nucleus, topk, spill
         self.columns, self.world, self.rank = columns, world, rank
         self.col0 = rank * columns
         self.wide = Geometry.of(columns, world, *WIDE)
@@ -65,10 +65,11 @@ class Fused:
         self.launch = Launcher(index)
         self._words: dict[tuple[str, int], int] = {}
         self._flags: torch.Tensor | None = None  # top-k's overflow marks (:mod:`.topk`)
+        self.spilled: torch.Tensor | None = None  # the last top-p call's lam (diagnostics)
 
     def geometry(self, op: str, room: int = 0) -> Geometry:
         """The geometry of ``op`` (``logprobs`` with ``room`` top-n slots)."""
-        if op in ("sample", "scores", "nucleus") or (op == "logprobs" and room):
+        if op in ("sample", "scores", "nucleus", "again") or (op == "logprobs" and room):
             return self.narrow
         return self.wide
 
@@ -83,6 +84,7 @@ class Fused:
                 "probe": (1 + room) * s,
                 "sample_k": (2 + room) * s,
                 "nucleus": (3 + self.nucleus_slots) * s,
+                "again": (1 + self.nucleus_slots) * s,
             }.get(op, 1 + s * (1 + room))
             self._words[op, room] = w
         return w
@@ -211,8 +213,9 @@ class Fused:
         log_min_p: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-p (``p`` float64 ``[M]``), after min-p if ``log_min_p`` (fp32 ``[M]``):
-        ``(tokens, need)``, tokens -1 where the candidates could not decide the nucleus
-        and then ``need`` (bool ``[1]``) True (:mod:`.nucleus`)."""
+        ``(tokens, need)``, tokens -1 where neither round could decide the nucleus and
+        then ``need`` (bool ``[1]``) True (:mod:`.nucleus`, :mod:`.spill`). The rows
+        round 1 left to round 2 are those whose ``self.spilled`` is not DONE."""
         m, slots = shard.shape[0], self.nucleus_slots
         gbest = self.greedy(shard, key=True)
         mp = p if log_min_p is None else log_min_p
@@ -221,10 +224,21 @@ class Fused:
         mb = self._local(self.n.nucleus_local, shard, head, "nucleus", 0, (), consts)
         out = self._new(shard)
         need = torch.zeros(1, dtype=torch.bool, device=shard.device)
-        tail = (t, seed, p, gbest, out, need, self.narrow.c)
+        # lam starts DONE: a harness that runs writers before the waiting kernel before
+        # them (tests.emulated's warm) then has every rank skip every row alike.
+        lam = torch.full((m,), 0x7FFFFFFF, dtype=torch.int32, device=shard.device)
+        thr = self._new(shard)
+        self.spilled = lam
         lanes = _pow2(self.narrow.c * slots)
         consts = {"SLOTS": slots, "LANES": lanes}
-        self._final(self.n.nucleus_final, m, mb, tail, consts, _warps(lanes, 8), self.narrow)
+        tail = (t, seed, p, gbest, out, need, lam, thr, self.narrow.c)
+        warps = _warps(lanes, 8)
+        self._final(self.n.nucleus_final, m, mb, tail, consts, warps, self.narrow)
+        seen = self._new(shard, torch.int32)
+        head = (t, lam, seen)
+        mb = self._local(self.s.again_local, shard, head, "again", 0, (), {"SLOTS": slots})
+        tail = (t, seed, seen, thr, gbest, out, need, self.narrow.c)
+        self._final(self.s.again_final, m, mb, tail, consts, warps, self.narrow)
         return out, need
 
     def logprobs(

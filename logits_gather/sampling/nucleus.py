@@ -24,7 +24,9 @@ own ``w``), so the candidates' mass at or above any level ``v > B`` is the row's
 definition does, and decides iff the candidates above ``B`` carry at least ``thr``:
 then ``tau`` (the largest ``s`` whose mass at or above it reaches ``thr``) is above
 ``B`` and found by bisection over the candidates, and the kept set ``s >= tau`` is
-among them, ties included. Otherwise the row's token is -1 and ``need`` is set; the
+among them, ties included. Otherwise the row goes to a second round (:mod:`.spill`),
+which gathers every element at or above a level the candidates prove to be at or
+below ``tau``; rows that round cannot decide either get -1 and set ``need``, and the
 caller runs the exact torch-ops path (:mod:`.topp`). Rows that are greedy (``T == 0``,
 a non-finite ``s_max``) take the greedy key.
 """
@@ -43,6 +45,7 @@ from .keys import KEY_MIN, argmax_key, index, key, nlnl, ordered32, row_key, sco
 SCALE: tl.constexpr = tl.constexpr(1099511627776.0)  # 2**40, rng.MASS_SCALE
 HEAD: tl.constexpr = tl.constexpr(3)  # words before a split's candidate slots
 BINS: tl.constexpr = tl.constexpr(32)  # levels of 2 * (s_max - s): 0.5 apart, the last open
+DONE: tl.constexpr = tl.constexpr(0x7FFFFFFF)  # lam of a row round 1 decided
 
 
 @triton.jit
@@ -127,23 +130,25 @@ def nucleus_local(
 @triton.jit(do_not_specialize=["M"])
 def nucleus_final(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, gbest_ptr,
-    out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr, LANES: tl.constexpr,
-    THREADS: tl.constexpr, TRAP: tl.constexpr,
+    out_ptr, need_ptr, lam_ptr, thr_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
+    LANES: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
-    """The token of every decided row; -1 and ``need`` set for the others."""
+    """The token of every decided row, and ``lam`` = DONE; for the others, -1 and the
+    second round's level ``lam`` and ``thr`` (:mod:`.spill`), or ``need`` set when the
+    candidates' mass never reaches ``thr``."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         _nucleus_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                     p_ptr, gbest_ptr, out_ptr, need_ptr, C, CAND, SLOTS, LANES, THREADS,
-                     TRAP)  # fmt: skip
+                     p_ptr, gbest_ptr, out_ptr, need_ptr, lam_ptr, thr_ptr, C, CAND, SLOTS,
+                     LANES, THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
 
 
 @triton.jit
 def _nucleus_row(
     box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, gbest_ptr,
-    out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr, LANES: tl.constexpr,
-    THREADS: tl.constexpr, TRAP: tl.constexpr,
+    out_ptr, need_ptr, lam_ptr, thr_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
+    LANES: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     F: tl.constexpr = HEAD + SLOTS
     c = tl.arange(0, CAND)
@@ -161,6 +166,8 @@ def _nucleus_row(
     t = tl.load(t_ptr + row)
     p = tl.load(p_ptr + row)
     tok = index(gbest)
+    lam = tl.full((), DONE, tl.int32)
+    thr = tl.full((), 0, tl.int64)
     if not _use_greedy(t, gbest):
         if p >= 1.0:
             tok = index(tl.max(tl.where(ok, best, KEY_MIN), 0))
@@ -179,7 +186,18 @@ def _nucleus_row(
                 sc = _score_keys(cand, seed_ptr, row)
                 tok = index(tl.max(tl.where(above & (h >= lo), sc, KEY_MIN), 0))
             else:
+                # The candidates' own mass reaches thr from lam up, so tau >= lam: the
+                # second round gathers every element at or above it.
                 tok = tl.full((), -1, tl.int64)
-                tl.store(need_ptr, 1)
+                valid = on & (cand != KEY_MIN)
+                qa = tl.where(valid, _mass(value(cand), smax), 0)
+                if tl.sum(qa, 0) >= thr:
+                    lo = tl.min(tl.where(valid, h, 0x7FFFFFFF), 0)
+                    hi = tl.max(tl.where(valid, h, lo), 0) + 1
+                    lam = _cut(h, qa, lo, hi, thr).to(tl.int32)
+                else:
+                    tl.store(need_ptr, 1)
+    tl.store(lam_ptr + row, lam)
+    tl.store(thr_ptr + row, thr)
     tl.store(out_ptr + row, tok)
     tl.store(epoch + row, ep)

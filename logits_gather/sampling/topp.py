@@ -1,8 +1,9 @@
 """Top-p on the fused path, and its exact fallback, in eager mode and in CUDA graphs.
 
-The fused kernels (:mod:`.nucleus`) decide a row's nucleus from per-split candidates
-when they can, and raise a device flag when some row's nucleus spills past them.
-Then the exact torch-ops path (:func:`.filters.sample`, the definition's radix selects
+The fused kernels decide a row's nucleus from per-split candidates when they can
+(:mod:`.nucleus`), else from every element at or above a level that round proves to
+be at or below the cut (:mod:`.spill`), and raise a device flag when some row's
+nucleus spills past both. Then the exact torch-ops path (:func:`.filters.sample`, the definition's radix selects
 over the shards) recomputes every row. Every rank sees the same flag (the final
 kernels reduce the same words), so every rank takes the same branch and the fallback's
 collective exchanges stay matched.

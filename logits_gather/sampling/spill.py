@@ -1,0 +1,117 @@
+"""Top-p's second round: the rows whose nucleus spilled past round 1's candidates
+(imported lazily: needs Triton).
+
+Round 1 (:mod:`.nucleus`) decides a row only when its candidates above ``B`` (the
+largest ``s`` any split left out) carry ``thr``; one split whose top elements are
+dense raises ``B`` for the whole row. On ``randn * 3`` logits at T=0.8 that left
+about one row in 64 to the exact torch-ops fallback, which takes milliseconds.
+For such a row round 1 still knows a level ``lam`` with ``tau >= lam``: the largest
+level at which the candidates' own mass reaches ``thr`` (a lower bound on the
+row's mass there). So round 2 gathers every kept element at or above ``lam``:
+
+- :func:`again_local`, program ``(row, split)``: rows whose ``lam`` is DONE do
+  nothing at all (no words, no epoch: every rank skips the same rows, as every rank
+  computed the same ``lam``). Otherwise ``[count, SLOTS candidate keys key(s, j)]``:
+  every element with ``ordered32(s) >= lam`` when at most ``SLOTS`` qualify, else only
+  the count. Elements at or above ``lam`` are kept by min-p (``lam`` is the level of
+  a kept candidate, and min-p keeps an upper set).
+- :func:`again_final` skips the same rows: it reads the ``lam`` the writers saw, which
+  split 0 stores. In stream order that is round 1's ``lam``. A test harness that holds
+  waiting kernels back until every writer ran (``tests.emulated``'s warm) has the
+  writers read ``lam`` before round 1 wrote it: it starts DONE on every rank, so
+  every rank skips every row alike and no kernel waits for words nobody writes.
+  When no split overflowed it has every
+  element at or above ``lam``, hence all of the nucleus: ``tau`` by bisection from
+  ``lam`` (whose mass reaches ``thr``) and the best Gumbel score at or above it.
+  Else the token stays -1 and ``need`` is set: the caller's exact fallback
+  (:mod:`.topp`).
+
+Both kernels run on every top-p call; when round 1 decided every row, they exit at
+once (about 2 us under graph replay at M=64 on one H200, benchmarks/NOTES.md).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from . import ll
+from .finals import _gathered
+from .kernels import _load_row, _target
+from .keys import KEY_MIN, index, key, ordered32, value
+from .nucleus import DONE, _cut, _mass, _score_keys
+
+
+@triton.jit(do_not_specialize=["own", "col0"])
+def again_local(
+    x_ptr, x_stride, t_ptr, lam_ptr, seen_ptr, peers, epoch, pstride, relems, own, N, col0,
+    BLOCK: tl.constexpr, SLOTS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    lam = tl.load(lam_ptr + row)
+    if tl.program_id(1) == 0:
+        tl.store(seen_ptr + row, lam)  # what the writers saw, for the final kernel
+    if lam != DONE:
+        row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+        t = tl.load(t_ptr + row)
+        s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+        sel = mask & (ordered32(s) >= lam)
+        slot = tl.cumsum(sel.to(tl.int32), 0) - 1
+        count = tl.sum(sel.to(tl.int32), 0)
+        fits = count <= SLOTS
+        ep, off = _target(epoch, pstride, relems, row)
+        base = own + tl.program_id(1) * (1 + SLOTS)
+        ll.put_few(peers, off, base, count.to(tl.int64), 0, ep, 1, WORLD, THREADS)
+        ll.put(peers, off, base + 1 + slot, key(s, gidx), sel & fits, ep, WORLD)
+        j = tl.arange(0, 64)
+        empty = ((j >= count) | ~fits) & (j < SLOTS)
+        ll.put(peers, off, base + 1 + j, tl.full([64], KEY_MIN, tl.int64), empty, ep, WORLD)
+
+
+@triton.jit(do_not_specialize=["M"])
+def again_final(
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, seen_ptr, thr_ptr,
+    gbest_ptr, out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
+    LANES: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """The token of every row round 1 left to this round; -1 and ``need`` set where a
+    split had more than ``SLOTS`` elements at or above ``lam``."""
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        lam = tl.load(seen_ptr + row)
+        if lam != DONE:
+            _again_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+                       lam, thr_ptr, gbest_ptr, out_ptr, need_ptr, C, CAND, SLOTS, LANES,
+                       THREADS, TRAP)  # fmt: skip
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def _again_row(
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, lam, thr_ptr,
+    gbest_ptr, out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
+    LANES: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    F: tl.constexpr = 1 + SLOTS
+    c = tl.arange(0, CAND)
+    ok = c < C
+    ep, rowbox, count = _gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
+    )
+    e = tl.arange(0, LANES)  # candidate e: split e // SLOTS, slot e % SLOTS
+    on = (e // SLOTS) < C
+    cand = ll.wait(rowbox, (e // SLOTS) * F + 1 + e % SLOTS, on, ep, timeout_us, status,
+                   THREADS, TRAP)  # fmt: skip
+    if tl.max(tl.where(ok, count, 0), 0) <= SLOTS:
+        valid = on & (cand != KEY_MIN)
+        h = cand >> 32
+        t = tl.load(t_ptr + row)
+        smax = tl.math.div_rn(value(tl.load(gbest_ptr + row)), tl.where(t > 0.0, t, 1.0))
+        q = tl.where(valid, _mass(value(cand), smax), 0)
+        hi = tl.max(tl.where(valid, h, lam), 0) + 1
+        lo = _cut(h, q, lam.to(tl.int64), hi, tl.load(thr_ptr + row))
+        sc = _score_keys(cand, seed_ptr, row)
+        tl.store(out_ptr + row, index(tl.max(tl.where(valid & (h >= lo), sc, KEY_MIN), 0)))
+    else:
+        tl.store(need_ptr, 1)
+    tl.store(epoch + row, ep)
