@@ -34,7 +34,11 @@ TYPES = {
 
 def _sig(fn, x: str, const: dict) -> dict:
     return {
-        a: "constexpr" if a in const else (x if a == "x_ptr" else TYPES.get(a, "i32"))
+        a: "constexpr"
+        if a in const
+        else (x if a == "x_ptr" else TYPES.get(a, "i32"))
+        if not (a == "k" and const.get("ROWK"))
+        else I64P
         for a in fn.arg_names
     }
 
@@ -49,7 +53,9 @@ def variants():
         yield "topk_probe G=8", K.topk_probe, x, dict(local, G=8), 8
         for kp in (2, 64):
             yield f"topk_local KP={kp}", T.topk_local, x, dict(local, KP=kp), 8
-            yield f"topk_overflow KP={kp}", T.topk_overflow, x, dict(local, KP=kp, BITS=bits), 8
+            for rowk in (False, True):
+                consts = dict(local, KP=kp, BITS=bits, ROWK=rowk)
+                yield f"topk_overflow KP={kp} ROWK={rowk}", T.topk_overflow, x, consts, 8
         yield "scores_kernel", K.scores_kernel, x, {"BLOCK": 4096}, 8
         yield "minp_local", K.minp_local, x, local, 8
         for np_ in (0, 32):
@@ -62,11 +68,13 @@ def variants():
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
-    yield "topk_reduce G=8", F.topk_reduce, None, dict(final, G=8, THREADS=128), 4
+    for rowk in (False, True):
+        reduce = dict(final, G=8, THREADS=128, ROWK=rowk)
+        yield f"topk_reduce G=8 ROWK={rowk}", F.topk_reduce, None, reduce, 4
     yield "sample_final", F.sample_final, None, final, 1
-    for topp, minp in ((False, False), (True, False), (True, True)):
-        tf = dict(final, CAND=32, KP=64, THREADS=256, TOPP=topp, MINP=minp)
-        yield f"topk_final TOPP={topp} MINP={minp}", T.topk_final, None, tf, 8
+    for topp, minp, rowk in ((False, False, False), (True, False, False), (True, True, True)):
+        tf = dict(final, CAND=32, KP=64, THREADS=256, TOPP=topp, MINP=minp, ROWK=rowk)
+        yield f"topk_final TOPP={topp} MINP={minp} ROWK={rowk}", T.topk_final, None, tf, 8
     yield "logprobs_final NP=0", F.logprobs_final, None, dict(final, NP=0), 1
     yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
     nf = dict(final, CAND=128, SLOTS=55, LANES=4096, THREADS=256)

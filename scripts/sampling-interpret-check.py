@@ -97,6 +97,8 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
     ops += [("topp", (0.95, 0.01))]
     ops += [("topk_f", (20, 0.9, None)), ("topk_f", (3, 0.5, None)), ("topk_f", (64, mixed, None))]
     ops += [("topk_f", (50, 0.9, 0.05)), ("topk_f", (20, None, 0.1)), ("topk_f", (1, 0.3, None))]
+    rowk = torch.tensor([(1, 5, 64, 20, 3)[i % 5] for i in range(m)], dtype=torch.int64)
+    ops += [("topk_f", (rowk, None, None)), ("topk_f", (rowk, mixed, 0.05))]
     undecided = spilled = rescued = 0
     boxes: dict[int, list[Box]] = {}
 

@@ -69,7 +69,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         plan = f.wide.topk(k)
         mb = f._local(f.k.topk_probe, x, (), "probe", plan.g, (), {"G": plan.g}, plan.probe)
         gbest, low = f._new(x), f._new(x, torch.int32)
-        f._final(f.f.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), {"G": plan.g}, plan.reduce)
+        consts = {"G": plan.g, "ROWK": False}
+        f._final(f.f.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), consts, plan.reduce)
         return low
 
     def topk_round2(k: int = 50) -> None:  # round 2's writer alone (after round 1 above)

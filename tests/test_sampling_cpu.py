@@ -390,6 +390,12 @@ def test_fused_topk_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(fastpath.TOPK_ENV, "yes")
     on, problems = fastpath.topk_wanted()
     assert not on and problems == [f"{fastpath.TOPK_ENV} must be 0 or 1 (or unset), got 'yes'"]
+    monkeypatch.delenv(fastpath.ROWS_ENV, raising=False)
+    assert fastpath.rows_wanted() == (False, [])  # per-row top_k: opt-in
+    monkeypatch.setenv(fastpath.ROWS_ENV, "1")
+    assert fastpath.rows_wanted() == (True, [])
+    monkeypatch.setenv(fastpath.ROWS_ENV, "2")
+    assert fastpath.rows_wanted()[1] == [f"{fastpath.ROWS_ENV} must be 0 or 1 (or unset), got '2'"]
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 8])

@@ -124,7 +124,10 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
         )  # fmt: skip
     for name, k, p, mp in (("top_k=20,top_p=0.9", 20, 0.9, None), ("top_k=3,min_p", 3, None, 1),
                            ("top_k=50,top_p=[M],min_p", 50, p64, 1),
-                           ("top_k=64,top_p=0.5", 64, 0.5, None)):  # fmt: skip
+                           ("top_k=64,top_p=0.5", 64, 0.5, None),
+                           ("top_k=[M],top_p=[M]", "rows", p64, None)):  # fmt: skip
+        if k == "rows":  # the fused top-k serves rows with k in 1..64 (topp.sample_rows_k)
+            k = torch.tensor([rng.choice([1, 2, 7, 50, 64]) for _ in range(m)], device=dev)
         pm = p if not isinstance(p, float) else torch.full((m,), p, dtype=torch.float64,
                                                            device=dev)  # fmt: skip
         lm, mp = (None, None) if mp is None else (logmp, min_p)

@@ -30,6 +30,11 @@ TOPK_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK"
 the fused path. (It was opt-in while a wrong top_k token on one rank was unexplained;
 the cause, candidates replicated across threads in the final kernel, is fixed: README,
 GPU tests.)"""
+ROWS_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK_ROWS"
+"""``1``: a per-row ``top_k`` tensor on the fused path too (:func:`.topp.sample_rows_k`);
+``0`` or unset: the exact filter path. Opt-in: its kernels passed the emulated tp 2, 4
+and 8 tests, but the sampler-level routing has not yet passed a multi-process GPU test
+(the one run found a flag bug, fixed since; README, GPU tests)."""
 MAX_WORLD = 4
 """The most ranks the fused path serves by default: its multi-process GPU tests passed at
 tp 2 and 4; at tp 8 it has passed only with ranks emulated in one process (the one
@@ -58,13 +63,22 @@ def available(device: torch.device) -> bool:
     return True
 
 
+def _switch(env: str, default: bool) -> tuple[bool, list[str]]:
+    value = os.environ.get(env, "")
+    if value not in ("", "0", "1"):
+        return False, [f"{env} must be 0 or 1 (or unset), got {value!r}"]
+    return (value == "1") if value else default, []
+
+
 def topk_wanted() -> tuple[bool, list[str]]:
     """This rank's setting for the fused top-k (agreed across ranks by the sampler), and
     what is wrong with it (a value other than unset, ``0`` or ``1``)."""
-    value = os.environ.get(TOPK_ENV, "")
-    if value not in ("", "0", "1"):
-        return False, [f"{TOPK_ENV} must be 0 or 1 (or unset), got {value!r}"]
-    return value != "0", []
+    return _switch(TOPK_ENV, True)
+
+
+def rows_wanted() -> tuple[bool, list[str]]:
+    """This rank's setting for a per-row ``top_k`` on the fused path (off by default)."""
+    return _switch(ROWS_ENV, False)
 
 
 def _on(device: torch.device):
@@ -99,9 +113,10 @@ def fast_path_problem(
     return None, (None if sharing == 1 else max(1, symmetric.max_ctas(infos) // 2))
 
 
-def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool]:
-    """``(Fused or None, fused top-k)`` for ``sampler`` (its group, device, columns,
-    capacity, rank and world size); builds the first mailboxes. Collective."""
+def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool]:
+    """``(Fused or None, fused top-k, fused per-row top-k)`` for ``sampler`` (its group,
+    device, columns, capacity, rank and world size); builds the first mailboxes.
+    Collective."""
     device = sampler.device
     with _on(device):  # collectives and symmetric memory on this rank's GPU
         local = policy_problem(sampler.world_size)
@@ -110,7 +125,7 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool]:
         why, wait_ctas = fast_path_problem(sampler.group, device, local)
         if why is not None:
             log.info("VocabParallelSampler: torch-ops path, because %s", why)
-            return None, False
+            return None, False, False
         f = fused_mod.Fused(
             sampler.columns,
             sampler.world_size,
@@ -123,17 +138,20 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool]:
         for op in ("greedy", "sample"):
             sampler._box(f.words(op), sampler.capacity)
         topk, problems = topk_wanted()
-        agree(sampler.group, {TOPK_ENV: topk}, problems, what=WHAT)
-        return f, topk
+        rows, more = rows_wanted()
+        agree(sampler.group, {TOPK_ENV: topk, ROWS_ENV: rows}, problems + more, what=WHAT)
+        return f, topk, topk and rows
 
 
 __all__ = [
     "FUSED_ENV",
     "MAX_WORLD",
+    "ROWS_ENV",
     "TOPK_ENV",
     "available",
     "decide",
     "fast_path_problem",
     "policy_problem",
+    "rows_wanted",
     "topk_wanted",
 ]

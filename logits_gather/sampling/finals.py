@@ -52,10 +52,21 @@ def greedy_final(
         row += tl.num_programs(0)
 
 
+@triton.jit
+def row_k(k, row, ROWK: tl.constexpr):
+    """``k``, or with ``ROWK`` row ``row`` of the int64 tensor ``k`` clamped to 1..64 (the
+    caller replaces the tokens of rows outside that range)."""
+    if ROWK:
+        return tl.minimum(tl.maximum(tl.load(k + row), 1), 64)
+    else:
+        return k
+
+
 @triton.jit(do_not_specialize=["M", "k"])
 def topk_reduce(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, gbest_ptr, low_ptr, C, k,
-    CAND: tl.constexpr, G: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    CAND: tl.constexpr, G: tl.constexpr, ROWK: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
 ):  # fmt: skip
     """Top-k, between the rounds: the row's greedy key and the bound, ``ordered32`` of
     ``x_b / T`` where ``x_b`` is the k-th largest group maximum of x; the lowest int32
@@ -73,12 +84,13 @@ def topk_reduce(
         valid = ((e // G) < C) & (sent != KEY_MIN)
         u = ((sent >> 32).to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
         count = tl.sum(valid.to(tl.int32), 0)
-        kk = tl.minimum(k, count)
+        kr = row_k(k, row, ROWK)
+        kk = tl.minimum(kr, count)
         xb = ordered_value(kth_largest(u, valid, tl.maximum(kk, 1), 32) ^ 0x80000000)
         t = tl.load(t_ptr + row)
         low = ordered32(tl.math.div_rn(xb, tl.where(t > 0.0, t, 1.0)))
         tl.store(gbest_ptr + row, tl.max(tl.where(ok, gx, KEY_MIN), 0))
-        tl.store(low_ptr + row, tl.where(count >= k, low, -0x7FFFFFFF - 1))
+        tl.store(low_ptr + row, tl.where(count >= kr, low, -0x7FFFFFFF - 1))
         tl.store(epoch + row, ep)
         row += tl.num_programs(0)
 

@@ -141,21 +141,24 @@ class Fused:
         shard: torch.Tensor,
         t: torch.Tensor,
         seed: torch.Tensor,
-        k: int,
+        k: int | torch.Tensor,
         p: torch.Tensor | None,
         log_min_p: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Top-k (``k`` 1..64), then min-p (``log_min_p`` fp32 ``[M]``) and top-p (``p``
-        float64 ``[M]``, rows ``>= 1`` off) over the exact top-k set (:mod:`.topk`).
+        """Top-k (``k`` 1..64, or int64 ``[M]``: rows outside 1..64 get junk tokens), then
+        min-p (``log_min_p`` fp32 ``[M]``) and top-p (``p`` float64 ``[M]``, rows ``>= 1``
+        off) over the exact top-k set (:mod:`.topk`).
 
         Round 1: the largest x of G column groups per split (G * c >= k) bound the
         row's k-th from below; round 2: each split sends every element at or above it,
         or (rare, a second writer) its k largest."""
-        m, c, plan = shard.shape[0], self.wide.c, self.wide.topk(k)
+        rowk = isinstance(k, torch.Tensor)
+        m, c, plan = shard.shape[0], self.wide.c, self.wide.topk(64 if rowk else k)
         g, kp = plan.g, plan.kp
         mb = self._local(self.k.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
         gbest, low = self._new(shard), self._new(shard, torch.int32)
-        self._final(self.f.topk_reduce, m, mb, (t, gbest, low, c, k), {"G": g}, plan.reduce)
+        tail = (t, gbest, low, c, k)
+        self._final(self.f.topk_reduce, m, mb, tail, {"G": g, "ROWK": rowk}, plan.reduce)
         mb = self.box(self.words("sample_k", kp), m)
         need = mb.capacity * self.wide.splits
         if self._flags is None or self._flags.numel() < need:
@@ -164,12 +167,12 @@ class Fused:
         self._local(self.t.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
         head = (t, seed, flags)
         bits = 16 if shard.dtype == torch.bfloat16 else 32  # radix keys: x's bits (exact)
-        consts = {"KP": kp, "BITS": bits}
+        consts = {"KP": kp, "BITS": bits, "ROWK": rowk}
         self._local(self.t.topk_overflow, shard, head, "sample_k", kp, (k,), consts)
         out = self._new(shard)
         tail = (t, seed, t if p is None else p, t if log_min_p is None else log_min_p)
         tail += (gbest, out, c, k)
-        consts = {"KP": kp, "TOPP": p is not None, "MINP": log_min_p is not None}
+        consts = {"KP": kp, "TOPP": p is not None, "MINP": log_min_p is not None, "ROWK": rowk}
         self._final(self.t.topk_final, m, mb, tail, consts, plan.final)
         return out
 

@@ -16,13 +16,6 @@ from .filters import MAX_CANDIDATES
 log = logging.getLogger(__name__)
 
 
-def _row(value: float | torch.Tensor, m: int, dtype: torch.dtype, dev: torch.device):
-    """A filter's scalar or ``[M, 1]`` tensor as ``[M, 1]`` of ``dtype`` on ``dev``."""
-    if isinstance(value, torch.Tensor):
-        return value
-    return torch.full((m, 1), value, dtype=dtype, device=dev)
-
-
 class Logprobs(NamedTuple):
     """``logprobs[i]`` = log_softmax(row i)[token_ids[i]] (fp32); ``top_ids``/``top_logprobs``
     are the ``top_n`` largest logits of each row, largest first, ties by lower id."""
@@ -54,10 +47,12 @@ class VocabParallelSampler:
     ``fused=False`` forces the torch-ops path (the one CPUs use); by default the fused
     path serves at most 4 ranks (``LOGITS_GATHER_SAMPLING_FUSED``: ``1`` any tp, ``0``
     never); an int ``top_k <= 64``, with or without ``top_p`` and ``min_p``
-    (:mod:`.topk`), joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=0`` (the same
-    on every rank). ``timeout_s`` and ``on_timeout`` bound the fused
-    kernels' waits for peers as in ``LogitsGather`` (defaults from
-    ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see :meth:`check`.
+    (:mod:`.topk`), joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=0``; a per-row
+    ``top_k`` tensor joins it with ``LOGITS_GATHER_SAMPLING_FUSED_TOPK_ROWS=1`` (opt-in,
+    see :data:`.fastpath.ROWS_ENV`; both the same on every rank). ``timeout_s`` and
+    ``on_timeout`` bound the fused kernels' waits for peers as in ``LogitsGather``
+    (defaults from ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see
+    :meth:`check`.
     """
 
     def __init__(
@@ -102,11 +97,13 @@ class VocabParallelSampler:
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
         self.timeout_s, self.on_timeout = timeout_s, on_timeout
         self._fused = None
-        self._fused_topk = False
-        self._topp_warm = False
+        self._fused_topk = self._fused_rows = False
+        self._fallback_warm: set[str] = set()  # kinds whose fallback ran once (topp.py)
         self._topp_if = None  # top-p's IF-node builder (topp.py): None unknown, False none
         if fused and backend != "torch.distributed":
-            self._fused, self._fused_topk = fastpath.decide(self, on_timeout == "trap")
+            self._fused, self._fused_topk, self._fused_rows = fastpath.decide(
+                self, on_timeout == "trap"
+            )
         if self._fused is None:
             for width in (ops.GREEDY_WIDTH, ops.BEST_WIDTH):
                 self._exchange(width, capacity)
@@ -220,21 +217,18 @@ class VocabParallelSampler:
             and self._fused_topk
             and k <= MAX_CANDIDATES
         ):  # top-k, then min-p and/or top-p over the exact top-k set
-            pv = None if p is None else _row(p, m, torch.float64, dev).view(m)
-            lmp = None if mp is None else torch.log(_row(mp, m, torch.float32, dev)).view(m)
+            pv = None if p is None else topp.rows(p, m, torch.float64, dev).view(m)
+            lmp = None if mp is None else torch.log(topp.rows(mp, m, torch.float32, dev)).view(m)
             return self._fused.sample_topk(shard, t.view(m), seeds, k, pv, lmp)
+        if self._fused is not None and isinstance(k, torch.Tensor) and self._fused_rows:
+            return topp.sample_rows_k(self, shard, t, seeds, k, p, mp)
         if self._fused is not None and k is None and p is not None:  # top-p (+ min-p)
             return topp.sample(self, shard, t, seeds, p, mp)
+        mp = topp.rows(mp, m, torch.float32, dev)
         if self._fused is not None and p is None and k is None:  # min-p alone: fused
-            if isinstance(mp, float):
-                mp = torch.full((m, 1), mp, dtype=torch.float32, device=dev)
             return self._fused.sample_minp(shard, t.view(m), seeds, torch.log(mp).view(m))
-        if isinstance(k, int):
-            k = torch.full((m, 1), k, dtype=torch.int64, device=dev)
-        if isinstance(p, float):
-            p = torch.full((m, 1), p, dtype=torch.float64, device=dev)
-        if isinstance(mp, float):
-            mp = torch.full((m, 1), mp, dtype=torch.float32, device=dev)
+        k = topp.rows(k, m, torch.int64, dev)
+        p = topp.rows(p, m, torch.float64, dev)
         return filters.sample(self, shard, t, seeds, k, p, mp)
 
     # -- logprobs -------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .finals import _gathered, _use_greedy
+from .finals import _gathered, _use_greedy, row_k
 from .kernels import _load_row, _target
 from .keys import (
     KEY_MIN,
@@ -81,8 +81,8 @@ def topk_local(
 @triton.jit(do_not_specialize=["own", "k", "col0"])
 def topk_overflow(
     x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, N, col0,
-    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr,
-    THREADS: tl.constexpr,
+    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
+    WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """The splits :func:`topk_local` marked: their ``k`` (<= KP) largest elements."""
     row = tl.program_id(0).to(tl.int64)
@@ -93,7 +93,8 @@ def topk_overflow(
         t = tl.load(t_ptr + row)
         s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
         h = ordered32(s)
-        sel, slot, v, overflow = top_select(h, radix_bits(x, BITS), mask, k, BITS)
+        kr = row_k(k, row, ROWK)
+        sel, slot, v, overflow = top_select(h, radix_bits(x, BITS), mask, kr, BITS)
         tie = tl.full((), KEY_MIN, tl.int64)
         floor = tl.full((), KEY_MIN, tl.int64)
         if overflow:
@@ -115,14 +116,15 @@ def topk_overflow(
 def topk_final(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, logmp_ptr,
     gbest_ptr, out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
-    MINP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    MINP: tl.constexpr, ROWK: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
-    """The token of every row: top-k, then min-p (``MINP``: ``logmp_ptr`` fp32) and top-p
-    (``TOPP``: ``p_ptr`` float64, rows with ``p >= 1`` off)."""
+    """The token of every row: top-k (``k``; with ``ROWK`` an int64 ``[M]`` tensor), then
+    min-p (``MINP``: ``logmp_ptr`` fp32) and top-p (``TOPP``: ``p_ptr`` float64, rows
+    with ``p >= 1`` off)."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
-                  logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, THREADS,
+                  logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, THREADS,
                   TRAP)  # fmt: skip
         row += tl.num_programs(0)
 
@@ -131,7 +133,7 @@ def topk_final(
 def _topk_row(
     box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, logmp_ptr,
     gbest_ptr, out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
-    MINP: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    MINP: tl.constexpr, ROWK: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     F: tl.constexpr = 2 + KP
     c = tl.arange(0, CAND)
@@ -150,7 +152,7 @@ def _topk_row(
     if not _use_greedy(t, gbest):
         valid = on & (cand != KEY_MIN)
         h = cand >> 32
-        kk = tl.minimum(k, tl.sum(valid.to(tl.int32), 0))
+        kk = tl.minimum(row_k(k, row, ROWK), tl.sum(valid.to(tl.int32), 0))
         u = (h.to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
         cut = kth_largest(u, valid, tl.maximum(kk, 1), 32)
         cut = (cut ^ 0x80000000).to(tl.int32, bitcast=True).to(tl.int64)

@@ -1,12 +1,14 @@
-"""Top-p on the fused path, and its exact fallback, in eager mode and in CUDA graphs.
+"""Fused sampling calls that may need the exact fallback (top-p; a per-row top-k), and
+that fallback, in eager mode and in CUDA graphs.
 
 The fused kernels decide a row's nucleus from per-split candidates when they can
 (:mod:`.nucleus`), else from every element at or above a level that round proves to
 be at or below the cut (:mod:`.spill`), and raise a device flag when some row's
-nucleus spills past both. Then the exact torch-ops path (:func:`.filters.sample`, the definition's radix selects
-over the shards) recomputes every row. Every rank sees the same flag (the final
-kernels reduce the same words), so every rank takes the same branch and the fallback's
-collective exchanges stay matched.
+nucleus spills past both. Then the exact torch-ops path (:func:`.filters.sample`,
+the definition's radix selects over the shards) recomputes every row. Every rank sees
+the same flag (the final kernels reduce the same words), so every rank takes the same
+branch and the fallback's collective exchanges stay matched. A per-row ``top_k`` sets
+the flag too when some row has ``64 < k < V``, which the fused top-k cannot serve.
 
 - Eager: one host sync per call reads the flag (the fused kernels' result is needed
   to know whether the fallback runs).
@@ -16,7 +18,7 @@ collective exchanges stay matched.
   Without them, the fallback is captured unconditionally (exact, about 1.4 ms per
   replay at M=64; logged once).
 
-A sampler's first eager top-p call runs the fallback whatever the flag says, so its
+A sampler's first eager call of each kind runs the fallback whatever the flag says, so its
 kernels are compiled and loaded before a capture needs them (every eager call builds
 the fallback's exchanges for its row count: capture cannot build them).
 """
@@ -29,6 +31,7 @@ from typing import Any
 import torch
 
 from . import conditional, exchange, filters, ops, select
+from .filters import MAX_CANDIDATES
 
 log = logging.getLogger(__name__)
 _warned: list[bool] = []
@@ -51,6 +54,13 @@ def _prepare(sampler: Any, m: int) -> None:
             log.info("logits_gather.sampling: no CUDA graph IF nodes for top-p: %s", why)
 
 
+def rows(value: Any, m: int, dtype: torch.dtype, dev: torch.device) -> Any:
+    """None, or a filter's scalar or ``[M, 1]`` tensor as ``[M, 1]`` of ``dtype``."""
+    if value is None or isinstance(value, torch.Tensor):
+        return value
+    return torch.full((m, 1), value, dtype=dtype, device=dev)
+
+
 def sample(
     sampler: Any,
     shard: torch.Tensor,
@@ -62,20 +72,72 @@ def sample(
     """``t`` fp32 ``[M, 1]``; ``p`` a float < 1 or float64 ``[M, 1]``; ``mp`` None, a
     float > 0 or fp32 ``[M, 1]``."""
     m, dev = shard.shape[0], sampler.device
-    if not isinstance(p, torch.Tensor):
-        p = torch.full((m, 1), p, dtype=torch.float64, device=dev)
-    if mp is not None and not isinstance(mp, torch.Tensor):
-        mp = torch.full((m, 1), mp, dtype=torch.float32, device=dev)
+    p = rows(p, m, torch.float64, dev)
+    mp = rows(mp, m, torch.float32, dev)
     logmp = None if mp is None else torch.log(mp).view(m)
     out, need = sampler._fused.sample_topp(shard, t.view(m), seeds, p.view(m), logmp)
+    return _finish(sampler, "top_p", shard, t, seeds, None, p, mp, out, need)
+
+
+def sample_rows_k(
+    sampler: Any,
+    shard: torch.Tensor,
+    t: torch.Tensor,
+    seeds: torch.Tensor,
+    k: torch.Tensor,
+    p: float | torch.Tensor | None,
+    mp: float | torch.Tensor | None,
+) -> torch.Tensor:
+    """A per-row ``top_k`` (int64 ``[M, 1]``, values >= 0) with the other filters: rows
+    with ``k`` in 1..64 from the fused top-k (:mod:`.topk`), rows with it off (0 or
+    ``>= V``) from the fused path without top-k (both run on every call: which rows are
+    which is known only on the device); any row with ``64 < k < V`` sets the flag, and
+    the fallback recomputes the call."""
+    m, dev, fused = shard.shape[0], sampler.device, sampler._fused
+    p = rows(p, m, torch.float64, dev)
+    mp = rows(mp, m, torch.float32, dev)
+    pv = None if p is None else p.view(m)
+    logmp = None if mp is None else torch.log(mp).view(m)
+    kv = k.view(m)
+    topk = fused.sample_topk(shard, t.view(m), seeds, kv, pv, logmp)
+    if pv is not None:
+        other, need = fused.sample_topp(shard, t.view(m), seeds, pv, logmp)
+    else:
+        need = torch.zeros(1, dtype=torch.bool, device=dev)
+        if logmp is not None:
+            other = fused.sample_minp(shard, t.view(m), seeds, logmp)
+        else:
+            other = fused.sample(shard, t.view(m), seeds, None)
+    fast = (kv >= 1) & (kv <= MAX_CANDIDATES)
+    served = fast | (kv == 0) | (kv >= sampler.vocab)  # by the top-k or the other path
+    need.logical_or_((~served).any())
+    out = torch.where(fast, topk, other)
+    return _finish(sampler, "top_k rows", shard, t, seeds, k, p, mp, out, need)
+
+
+def _finish(
+    sampler: Any,
+    kind: str,
+    shard: torch.Tensor,
+    t: torch.Tensor,
+    seeds: torch.Tensor,
+    k: torch.Tensor | None,
+    p: torch.Tensor | None,
+    mp: torch.Tensor | None,
+    out: torch.Tensor,
+    need: torch.Tensor,
+) -> torch.Tensor:
+    """``out``, recomputed by the exact fallback when ``need``: eagerly after reading the
+    flag (and on a sampler's first call of each ``kind``), in an IF node under capture."""
+    m, dev = shard.shape[0], sampler.device
 
     def fallback() -> None:
-        out.copy_(filters.sample(sampler, shard, t, seeds, None, p, mp))
+        out.copy_(filters.sample(sampler, shard, t, seeds, k, p, mp))
 
     if not exchange._capturing(dev):
         _prepare(sampler, m)
-        if not sampler._topp_warm or bool(need.item()):
-            sampler._topp_warm = True
+        if kind not in sampler._fallback_warm or bool(need.item()):
+            sampler._fallback_warm.add(kind)
             fallback()
         return out
     if sampler._topp_if:
@@ -84,12 +146,13 @@ def sample(
     if not _warned:
         _warned.append(True)
         log.warning(
-            "logits_gather.sampling: top-p under a CUDA graph capture without "
+            "logits_gather.sampling: %s under a CUDA graph capture without "
             "conditional nodes (see the log at INFO, or no eager call before the "
-            "capture): the exact fallback runs every replay"
+            "capture): the exact fallback runs every replay",
+            kind,
         )
     fallback()
     return out
 
 
-__all__ = ["sample"]
+__all__ = ["rows", "sample", "sample_rows_k"]
