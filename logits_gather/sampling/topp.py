@@ -76,7 +76,7 @@ def sample(
     mp = rows(mp, m, torch.float32, dev)
     logmp = None if mp is None else torch.log(mp).view(m)
     out, need = sampler._fused.sample_topp(shard, t.view(m), seeds, p.view(m), logmp)
-    return _finish(sampler, "top_p", shard, t, seeds, None, p, mp, out, need)
+    return _finish(sampler, "top_p", (shard, t, seeds, None, p, mp), out, need)
 
 
 def sample_rows_k(
@@ -112,27 +112,19 @@ def sample_rows_k(
     served = fast | (kv == 0) | (kv >= sampler.vocab)  # by the top-k or the other path
     need.logical_or_((~served).any())
     out = torch.where(fast, topk, other)
-    return _finish(sampler, "top_k rows", shard, t, seeds, k, p, mp, out, need)
+    return _finish(sampler, "top_k rows", (shard, t, seeds, k, p, mp), out, need)
 
 
 def _finish(
-    sampler: Any,
-    kind: str,
-    shard: torch.Tensor,
-    t: torch.Tensor,
-    seeds: torch.Tensor,
-    k: torch.Tensor | None,
-    p: torch.Tensor | None,
-    mp: torch.Tensor | None,
-    out: torch.Tensor,
-    need: torch.Tensor,
+    sampler: Any, kind: str, call: tuple, out: torch.Tensor, need: torch.Tensor
 ) -> torch.Tensor:
-    """``out``, recomputed by the exact fallback when ``need``: eagerly after reading the
-    flag (and on a sampler's first call of each ``kind``), in an IF node under capture."""
-    m, dev = shard.shape[0], sampler.device
+    """``out``, recomputed by the exact fallback (``filters.sample(sampler, *call)``) when
+    ``need``: eagerly after reading the flag (and on a sampler's first call of each
+    ``kind``), in an IF node under capture."""
+    m, dev = call[0].shape[0], sampler.device
 
     def fallback() -> None:
-        out.copy_(filters.sample(sampler, shard, t, seeds, k, p, mp))
+        out.copy_(filters.sample(sampler, *call))
 
     if not exchange._capturing(dev):
         _prepare(sampler, m)
