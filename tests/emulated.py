@@ -35,6 +35,7 @@ class Box:
         self._words = (ctypes.c_int32 * 4).from_address(self.status_ptr)
         self.timeout_us = max(1, int(timeout_s * 1e6))
         self.peers: torch.Tensor | None = None
+        self.flags: torch.Tensor | None = None  # as Mailbox.flags
 
     def check(self) -> None:
         if self._words[0]:

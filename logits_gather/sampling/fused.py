@@ -64,7 +64,6 @@ class Fused:
         self.wait_ctas = wait_ctas
         self.launch = Launcher(index)
         self._words: dict[tuple[str, int], int] = {}
-        self._flags: torch.Tensor | None = None  # top-k's overflow marks (:mod:`.topk`)
         self.spilled: torch.Tensor | None = None  # the last top-p call's lam (diagnostics)
 
     def geometry(self, op: str, room: int = 0) -> Geometry:
@@ -160,10 +159,10 @@ class Fused:
         tail = (t, gbest, low, c, k)
         self._final(self.f.topk_reduce, m, mb, tail, {"G": g, "ROWK": rowk}, plan.reduce)
         mb = self.box(self.words("sample_k", kp), m)
-        need = mb.capacity * self.wide.splits
-        if self._flags is None or self._flags.numel() < need:
-            self._flags = torch.zeros(need, dtype=torch.int32, device=shard.device)
-        flags = self._flags
+        if mb.flags is None:  # lives with its mailbox: graphs captured with it keep both
+            mb.flags = torch.zeros(mb.capacity * self.wide.splits, dtype=torch.int32,
+                                   device=shard.device)  # fmt: skip
+        flags = mb.flags
         self._local(self.t.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
         head = (t, seed, flags)
         bits = 16 if shard.dtype == torch.bfloat16 else 32  # radix keys: x's bits (exact)

@@ -84,6 +84,7 @@ class Mailbox:
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
         self.timeout_us = max(1, int(timeout_s * 1e6))
         self.trap = trap
+        self.flags: torch.Tensor | None = None  # top-k's overflow marks, if used (topk.py)
         self.status = torch.zeros(4, dtype=torch.int32, pin_memory=True)
         self.status_ptr = self.status.data_ptr()
         self._status_words = (ctypes.c_int32 * 4).from_address(self.status_ptr)
