@@ -17,10 +17,9 @@ _get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_d
 
 
 def _spec(a: Any) -> Any:
-    """What Triton specialises an argument on: dtype and 16-byte alignment for tensors,
-    ``== 1``, ``% 16 == 0`` and width for ints (other types: their type)."""
-    if a.__class__ is int:
-        return a == 1, not a & 15, a.bit_length() > 31
+    """What Triton specialises a non-int argument on: dtype and 16-byte alignment for
+    tensors, the type for the rest (ints: ``== 1``, ``% 16 == 0`` and width, inlined in
+    :meth:`Launcher._launch`)."""
     if isinstance(a, torch.Tensor):
         return a.dtype, not a.data_ptr() & 15
     return type(a)
@@ -55,7 +54,7 @@ class Launcher:
     ) -> None:
         values = tuple(consts.values())
         key = [id(fn), grid[1], warps, values]  # id: a JITFunction's own hash runs Python
-        for a in args:  # _spec, inlined: this runs for every argument of every launch
+        for a in args:  # ints inlined: this runs for every argument of every launch
             if a.__class__ is int:
                 key += (a == 1, not a & 15, a.bit_length() > 31)
             else:

@@ -204,12 +204,10 @@ class VocabParallelSampler:
         if isinstance(mp, float) and mp <= 0.0:
             mp = None
         if p is None and mp is None and not isinstance(k, torch.Tensor):
-            if self._fused is not None and (
-                k is None or (self._fused_topk and k <= MAX_CANDIDATES)
-            ):
-                return self._fused.sample(shard, t.view(m), seeds, k)
             if self._fused is None:
                 return filters.sample_plain(self, shard, t, rng.row_keys(seeds), k)
+            if k is None:
+                return self._fused.sample(shard, t.view(m), seeds, None)
         dev = self.device
         if (
             self._fused is not None
