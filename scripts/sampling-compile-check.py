@@ -72,14 +72,16 @@ def variants():
         reduce = dict(final, G=8, THREADS=128, ROWK=rowk)
         yield f"topk_reduce G=8 ROWK={rowk}", F.topk_reduce, None, reduce, 4
     yield "sample_final", F.sample_final, None, final, 1
-    for topp, minp, rowk in ((False, False, False), (True, False, False), (True, True, True)):
-        tf = dict(final, CAND=32, KP=64, THREADS=256, TOPP=topp, MINP=minp, ROWK=rowk)
-        yield f"topk_final TOPP={topp} MINP={minp} ROWK={rowk}", T.topk_final, None, tf, 8
+    for topp, minp, rowk, xb in ((0, 0, 0, 16), (1, 0, 0, 16), (1, 1, 1, 16), (1, 0, 0, 32)):
+        tf = dict(final, CAND=32, KP=64, THREADS=256, TOPP=topp, MINP=minp, ROWK=rowk, XBITS=xb)
+        name = f"topk_final TOPP={topp} MINP={minp} ROWK={rowk} XBITS={xb}"
+        yield name, T.topk_final, None, tf, 8
     yield "logprobs_final NP=0", F.logprobs_final, None, dict(final, NP=0), 1
     yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
-    nf = dict(final, CAND=128, SLOTS=55, LANES=4096, THREADS=256)
-    yield "nucleus_final", N.nucleus_final, None, nf, 8
-    yield "again_final", S.again_final, None, nf, 8
+    for xb in (16, 32):
+        nf = dict(final, CAND=128, SLOTS=55, LANES=4096, THREADS=256, XBITS=xb)
+        yield f"nucleus_final XBITS={xb}", N.nucleus_final, None, nf, 8
+        yield f"again_final XBITS={xb}", S.again_final, None, nf, 8
     yield "noise_kernel", K.noise_kernel, F32P, {"BLOCK": 1024}, 4
 
 

@@ -22,6 +22,7 @@ assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1"
 
 import threading  # noqa: E402
 
+import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from logits_gather.sampling import (  # noqa: E402
@@ -220,9 +221,45 @@ def _call(f, op, arg, shard, temp, seeds, ids):
     return f.logprobs(shard, ids, arg or 0)
 
 
+@triton.jit
+def _decode_kernel(cand_ptr, t, u_ptr, nbytes_ptr, N: tl.constexpr, XBITS: tl.constexpr):
+    i = tl.arange(0, N)
+    cand = tl.load(cand_ptr + i)
+    _, _, u, nbytes = nucleus._decode(cand, t, cand != keys.KEY_MIN, XBITS)
+    tl.store(u_ptr + i, u)
+    tl.store(nbytes_ptr, nbytes)
+
+
+def check_decode() -> int:
+    """The finals' short radix keys (:func:`.nucleus._decode`): bfloat16 x / T gives
+    16-bit keys ordered like s (2 bytes); s values that are no x / T fall back to 4."""
+    fails = 0
+    t = 0.7
+    for kind in ("x / T", "arbitrary s"):
+        if kind == "x / T":
+            x = (torch.randn(64) * 4).to(torch.bfloat16).float()
+            x[:8] = x[8]  # ties
+            s = torch.div(x, t)
+        else:
+            s = torch.randn(64) * 4
+        h = s.view(torch.int32).to(torch.int64)
+        h = torch.where(s == 0, 0, torch.where(h < 0, h ^ 0x7FFFFFFF, h))
+        cand = (h << 32) | (0xFFFFFFFF - torch.arange(64))
+        u, nbytes = torch.empty(64, dtype=torch.int64), torch.empty(1, dtype=torch.int32)
+        _decode_kernel[(1,)](cand, t, u, nbytes, 64, 16)
+        order = torch.sign(s[:, None] - s[None, :]) == torch.sign(u[:, None] - u[None, :])
+        ok = bool(order.all()) and int(nbytes) == (2 if kind == "x / T" else 4)
+        if kind == "x / T":
+            ok = ok and int(u.max()) < 1 << 16
+        print(f"_decode, {kind}: bytes {int(nbytes)}, order kept {bool(order.all())}: "
+              f"{'ok' if ok else 'FAIL'}")  # fmt: skip
+        fails += not ok
+    return fails
+
+
 def main() -> int:
     """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes)."""
-    fails = 0
+    fails = check_decode()
     if "--tp8" in sys.argv:
         fails += run(8, 18944, 8, random.randrange(2**31))
     for world, n, m, dtype in (

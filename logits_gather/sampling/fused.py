@@ -34,6 +34,12 @@ NARROW = (2048, 4)
 """(columns per split, warps) of sampling, min-p, the scores and logprobs with top_n."""
 
 
+def xbits(dtype: torch.dtype) -> int:
+    """The final kernels' radix keys (:func:`.nucleus._decode`): 16 bits for bfloat16
+    inputs (their values fill the top 16 of fp32's), else 32."""
+    return 16 if dtype == torch.bfloat16 else 32
+
+
 class Fused:
     """Launch geometries of one sampler (``columns`` per rank, ``world`` ranks) and its
     launches. ``box(words, rows)`` returns the mailbox for rows of ``words`` words per
@@ -172,6 +178,7 @@ class Fused:
         tail = (t, seed, t if p is None else p, t if log_min_p is None else log_min_p)
         tail += (gbest, out, c, k)
         consts = {"KP": kp, "TOPP": p is not None, "MINP": log_min_p is not None, "ROWK": rowk}
+        consts["XBITS"] = xbits(shard.dtype)
         self._final(self.t.topk_final, m, mb, tail, consts, plan.final)
         return out
 
@@ -232,7 +239,7 @@ class Fused:
         thr = self._new(shard)
         self.spilled = lam
         lanes = _pow2(self.narrow.c * slots)
-        consts = {"SLOTS": slots, "LANES": lanes}
+        consts = {"SLOTS": slots, "LANES": lanes, "XBITS": xbits(shard.dtype)}
         tail = (t, seed, p, gbest, out, need, lam, thr, self.narrow.c)
         warps = _warps(lanes, 8)
         self._final(self.n.nucleus_final, m, mb, tail, consts, warps, self.narrow)

@@ -180,6 +180,28 @@ def kth_largest(u, valid, k, BITS: tl.constexpr):
 
 
 @triton.jit
+def kth_largest_in(u, valid, k, rounds):
+    """:func:`kth_largest` of int64 keys ``u`` in ``[0, 2**(8 * rounds))`` for a runtime
+    ``rounds`` (1..4): one copy of the code serves keys of either width."""
+    prefix = tl.zeros((), tl.int64)
+    rem = k
+    bins = tl.arange(0, 256)
+    r = 0
+    while r < rounds:  # a while loop: the interpreter cannot range over a tensor
+        shift = 8 * (rounds - 1 - r)
+        match = valid & ((u >> (shift + 8)) == prefix)  # round 0: every key (u >> 8 * rounds)
+        tl.debug_barrier()  # as in kth_largest
+        hist = tl.histogram(((u >> shift) & 255).to(tl.int32), 256, match)
+        tl.debug_barrier()
+        ge = tl.sum(hist, 0) - tl.cumsum(hist, 0) + hist
+        digit = tl.sum((ge >= rem).to(tl.int32), 0) - 1
+        rem -= tl.sum(tl.where(bins == digit, ge - hist, 0), 0)
+        prefix = prefix * 256 + digit.to(tl.int64)
+        r += 1
+    return prefix
+
+
+@triton.jit
 def top_select(h, u, valid, k, BITS: tl.constexpr):
     """The ``k`` largest keys of a 1-D block, ordered by ``h`` (:func:`ordered32` values),
     ties by position (the column): returns ``(selected, slot, v, overflow)`` with slots

@@ -40,7 +40,18 @@ from triton.language.extra import libdevice
 from . import ll
 from .finals import _gathered, _use_greedy
 from .kernels import _load_row, _target
-from .keys import KEY_MIN, argmax_key, index, key, nlnl, ordered32, row_key, scores, value
+from .keys import (
+    KEY_MIN,
+    argmax_key,
+    index,
+    key,
+    nlnl,
+    ordered32,
+    radix_bits,
+    row_key,
+    scores,
+    value,
+)
 
 SCALE: tl.constexpr = tl.constexpr(1099511627776.0)  # 2**40, rng.MASS_SCALE
 HEAD: tl.constexpr = tl.constexpr(3)  # words before a split's candidate slots
@@ -73,6 +84,40 @@ def _cut(h, q, lo, hi, thr):
         else:
             hi = mid
     return lo
+
+
+@triton.jit
+def _tau(u, h, q, on, lo, hi, thr, default):
+    """:func:`_cut` over the x keys ``u`` of the ``on`` lanes (:func:`_decode`), as an
+    ``h`` level: ``h`` of the lanes at the x level found (``default`` if none). ``s`` is
+    monotone in ``x``, so the largest x level whose mass reaches ``thr`` holds the largest
+    such ``s`` level; over bfloat16 keys that takes at most 16 steps (``h``: about 25)."""
+    lo = _cut(u, q, lo, hi, thr)
+    return tl.max(tl.where(on & (u == lo), h, default), 0)
+
+
+@triton.jit
+def _decode(cand, t, valid, XBITS: tl.constexpr):
+    """``(s, h, u, bytes)`` of candidate keys ``key(s, j)``: ``h = ordered32(s)`` and
+    radix keys ``u`` ordered like ``h`` (int64 both) in ``[0, 2**(8 * bytes))``.
+    ``XBITS == 16`` (bfloat16 inputs): ``u`` is the radix key of ``x``, ``s * T`` rounded
+    to bfloat16 (to nearest even, in integer ops: the interpreter's cast truncates), when
+    every valid ``s`` equals ``x / T`` again (then equal ``u`` means equal ``s``), and
+    ``bytes = 2``; otherwise ``u`` is ``h``'s 32 bits and ``bytes = 4``."""
+    s = value(cand)
+    h = ordered32(s)
+    u = (h.to(tl.uint32, bitcast=True) ^ 0x80000000).to(tl.int64)
+    nbytes = tl.full((), 4, tl.int32)
+    if XBITS == 16:
+        te = tl.where(t > 0.0, t, 1.0)
+        b = (s * te).to(tl.int32, bitcast=True)
+        x = ((b + 0x7FFF + ((b >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
+        back = tl.math.div_rn(x, te)
+        same = (back == s) | ((back != back) & (s != s))
+        if tl.min(tl.where(valid, same, True).to(tl.int32), 0) == 1:
+            u = radix_bits(x, 16).to(tl.int64)
+            nbytes = nbytes - 2
+    return s, h.to(tl.int64), u, nbytes
 
 
 @triton.jit
@@ -131,7 +176,7 @@ def nucleus_local(
 def nucleus_final(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, gbest_ptr,
     out_ptr, need_ptr, lam_ptr, thr_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
-    LANES: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    LANES: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """The token of every decided row, and ``lam`` = DONE; for the others, -1 and the
     second round's level ``lam`` and ``thr`` (:mod:`.spill`), or ``need`` set when the
@@ -140,7 +185,7 @@ def nucleus_final(
     while row < M:  # a while loop: the interpreter cannot range over program ids
         _nucleus_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
                      p_ptr, gbest_ptr, out_ptr, need_ptr, lam_ptr, thr_ptr, C, CAND, SLOTS,
-                     LANES, THREADS, TRAP)  # fmt: skip
+                     LANES, XBITS, THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
 
 
@@ -148,7 +193,7 @@ def nucleus_final(
 def _nucleus_row(
     box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, gbest_ptr,
     out_ptr, need_ptr, lam_ptr, thr_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
-    LANES: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    LANES: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     F: tl.constexpr = HEAD + SLOTS
     c = tl.arange(0, CAND)
@@ -174,27 +219,27 @@ def _nucleus_row(
         else:
             thr = _thr(tl.sum(tl.where(ok, z, 0), 0), p)
             bound = tl.max(tl.where(ok, w, -0x7FFFFFFF - 1), 0)
-            h = cand >> 32
+            valid = on & (cand != KEY_MIN)
+            s, h, u, _ = _decode(cand, t, valid, XBITS)
             smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
-            above = on & (cand != KEY_MIN) & (h > bound)
-            q = tl.where(above, _mass(value(cand), smax), 0)
+            above = valid & (h > bound)
+            q = tl.where(above, _mass(s, smax), 0)
             if tl.sum(q, 0) >= thr:
                 # The mass at or above lo reaches thr, at or above hi it does not.
-                lo = tl.min(tl.where(above, h, 0x7FFFFFFF), 0)
-                hi = tl.max(tl.where(above, h, bound), 0) + 1
-                lo = _cut(h, q, lo, hi, thr)
+                lo = tl.min(tl.where(above, u, 1 << 32), 0)
+                hi = tl.max(tl.where(above, u, 0), 0) + 1
+                tau = _tau(u, h, q, above, lo, hi, thr, -0x7FFFFFFF - 1)
                 sc = _score_keys(cand, seed_ptr, row)
-                tok = index(tl.max(tl.where(above & (h >= lo), sc, KEY_MIN), 0))
+                tok = index(tl.max(tl.where(above & (h >= tau), sc, KEY_MIN), 0))
             else:
                 # The candidates' own mass reaches thr from lam up, so tau >= lam: the
                 # second round gathers every element at or above it.
                 tok = tl.full((), -1, tl.int64)
-                valid = on & (cand != KEY_MIN)
-                qa = tl.where(valid, _mass(value(cand), smax), 0)
+                qa = tl.where(valid, _mass(s, smax), 0)
                 if tl.sum(qa, 0) >= thr:
-                    lo = tl.min(tl.where(valid, h, 0x7FFFFFFF), 0)
-                    hi = tl.max(tl.where(valid, h, lo), 0) + 1
-                    lam = _cut(h, qa, lo, hi, thr).to(tl.int32)
+                    lo = tl.min(tl.where(valid, u, 1 << 32), 0)
+                    hi = tl.max(tl.where(valid, u, 0), 0) + 1
+                    lam = _tau(u, h, qa, valid, lo, hi, thr, -0x7FFFFFFF - 1).to(tl.int32)
                 else:
                     tl.store(need_ptr, 1)
     tl.store(lam_ptr + row, lam)

@@ -39,7 +39,7 @@ from . import ll
 from .finals import _gathered
 from .kernels import _load_row, _target
 from .keys import KEY_MIN, index, key, ordered32, value
-from .nucleus import DONE, _cut, _mass, _score_keys
+from .nucleus import DONE, _decode, _mass, _score_keys, _tau
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -72,7 +72,7 @@ def again_local(
 def again_final(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, seen_ptr, thr_ptr,
     gbest_ptr, out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
-    LANES: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    LANES: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """The token of every row round 1 left to this round; -1 and ``need`` set where a
     split had more than ``SLOTS`` elements at or above ``lam``."""
@@ -81,16 +81,16 @@ def again_final(
         lam = tl.load(seen_ptr + row)
         if lam != DONE:
             _again_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                       lam, thr_ptr, gbest_ptr, out_ptr, need_ptr, C, CAND, SLOTS, LANES,
+                       thr_ptr, gbest_ptr, out_ptr, need_ptr, C, CAND, SLOTS, LANES, XBITS,
                        THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
 
 
 @triton.jit
 def _again_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, lam, thr_ptr,
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, thr_ptr,
     gbest_ptr, out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
-    LANES: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    LANES: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     F: tl.constexpr = 1 + SLOTS
     c = tl.arange(0, CAND)
@@ -104,14 +104,16 @@ def _again_row(
                    THREADS, TRAP)  # fmt: skip
     if tl.max(tl.where(ok, count, 0), 0) <= SLOTS:
         valid = on & (cand != KEY_MIN)
-        h = cand >> 32
         t = tl.load(t_ptr + row)
+        s, h, u, _ = _decode(cand, t, valid, XBITS)
         smax = tl.math.div_rn(value(tl.load(gbest_ptr + row)), tl.where(t > 0.0, t, 1.0))
-        q = tl.where(valid, _mass(value(cand), smax), 0)
-        hi = tl.max(tl.where(valid, h, lam), 0) + 1
-        lo = _cut(h, q, lam.to(tl.int64), hi, tl.load(thr_ptr + row))
+        q = tl.where(valid, _mass(s, smax), 0)
+        # Every element at or above lam is here, and their mass reaches thr.
+        lo = tl.min(tl.where(valid, u, 1 << 32), 0)
+        hi = tl.max(tl.where(valid, u, 0), 0) + 1
+        tau = _tau(u, h, q, valid, lo, hi, tl.load(thr_ptr + row), -0x7FFFFFFF - 1)
         sc = _score_keys(cand, seed_ptr, row)
-        tl.store(out_ptr + row, index(tl.max(tl.where(valid & (h >= lo), sc, KEY_MIN), 0)))
+        tl.store(out_ptr + row, index(tl.max(tl.where(valid & (h >= tau), sc, KEY_MIN), 0)))
     else:
         tl.store(need_ptr, 1)
     tl.store(epoch + row, ep)

@@ -25,8 +25,13 @@ k-th largest candidate is ``T`` (the cut), and the row's elements at or above ``
 are the candidates there plus, for each split whose ``v`` equals ``T``, its left-out
 count at value ``T``. min-p then keeps an upper set of those, and top-p needs only
 their masses: ``Z``, ``thr`` and ``tau`` are computed as :mod:`.reference` defines
-them (``tau`` by bisection over the candidates' ``ordered32(s)``), and the token is
-the best score among the kept elements at or above ``tau``. No fallback is needed.
+them (``tau`` by bisection), and the token is the best score among the kept elements
+at or above ``tau``. No fallback is needed.
+
+The cut and ``tau`` are searched over radix keys ordered like ``s``
+(:func:`.nucleus._decode`): for bfloat16 inputs, 16-bit keys of ``x`` recovered from
+``s`` (two radix rounds instead of four, at most 16 bisection steps instead of about
+25), checked per row; else ``ordered32(s)``'s 32 bits.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from .keys import (
     LOW,
     index,
     key,
-    kth_largest,
+    kth_largest_in,
     ordered32,
     ordered_value,
     radix_bits,
@@ -51,7 +56,7 @@ from .keys import (
     top_select,
     value,
 )
-from .nucleus import _cut, _mass, _score_keys, _thr
+from .nucleus import _decode, _mass, _score_keys, _tau, _thr
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -116,7 +121,8 @@ def topk_overflow(
 def topk_final(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, logmp_ptr,
     gbest_ptr, out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
-    MINP: tl.constexpr, ROWK: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
 ):  # fmt: skip
     """The token of every row: top-k (``k``; with ``ROWK`` an int64 ``[M]`` tensor), then
     min-p (``MINP``: ``logmp_ptr`` fp32) and top-p (``TOPP``: ``p_ptr`` float64, rows
@@ -124,8 +130,8 @@ def topk_final(
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
-                  logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, THREADS,
-                  TRAP)  # fmt: skip
+                  logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, XBITS,
+                  THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
 
 
@@ -133,7 +139,8 @@ def topk_final(
 def _topk_row(
     box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, logmp_ptr,
     gbest_ptr, out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
-    MINP: tl.constexpr, ROWK: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
 ):  # fmt: skip
     F: tl.constexpr = 2 + KP
     c = tl.arange(0, CAND)
@@ -151,16 +158,15 @@ def _topk_row(
     tok = index(gbest)
     if not _use_greedy(t, gbest):
         valid = on & (cand != KEY_MIN)
-        h = cand >> 32
-        kk = tl.minimum(row_k(k, row, ROWK), tl.sum(valid.to(tl.int32), 0))
-        u = (h.to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
-        cut = kth_largest(u, valid, tl.maximum(kk, 1), 32)
-        cut = (cut ^ 0x80000000).to(tl.int32, bitcast=True).to(tl.int64)
+        s, h, u, nbytes = _decode(cand, t, valid, XBITS)
+        kk = tl.maximum(tl.minimum(row_k(k, row, ROWK), tl.sum(valid.to(tl.int32), 0)), 1)
+        # The k-th largest u (a radix select) holds the k-th largest s.
+        uk = kth_largest_in(u, valid, kk, nbytes)
+        cut = tl.max(tl.where(valid & (u == uk), h, -0x7FFFFFFF - 1), 0)
         left = tie != KEY_MIN  # this lane's split left out elements equal to its floor
         fh = (floor & LOW).to(tl.int32).to(tl.int64)
         kept = valid & (h >= cut)
         lo = cut
-        s = value(cand)
         smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
         vcut = ordered_value(cut.to(tl.int32))
         if MINP:
@@ -177,7 +183,8 @@ def _topk_row(
                     n = tl.where((vcut - smax) >= lmp, n, 0)
                 thr = _thr(tl.sum(q, 0) + n * _mass(vcut, smax), p)
                 # The mass at or above the cut is all of it; above the largest, none.
-                lo = _cut(h, q, lo, tl.max(tl.where(kept, h, cut), 0) + 1, thr)
+                hi = tl.max(tl.where(kept, u, uk), 0) + 1
+                lo = _tau(u, h, q, kept, uk, hi, thr, cut)
         sc = _score_keys(cand, seed_ptr, row)
         # A split that left out elements equal to its k-th value sent the best score
         # among all of those (the tie word), which stands for each of them.
