@@ -391,9 +391,9 @@ def test_fused_topk_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     on, problems = fastpath.topk_wanted()
     assert not on and problems == [f"{fastpath.TOPK_ENV} must be 0 or 1 (or unset), got 'yes'"]
     monkeypatch.delenv(fastpath.ROWS_ENV, raising=False)
-    assert fastpath.rows_wanted() == (False, [])  # per-row top_k: opt-in
-    monkeypatch.setenv(fastpath.ROWS_ENV, "1")
-    assert fastpath.rows_wanted() == (True, [])
+    assert fastpath.rows_wanted() == (True, [])  # per-row top_k: on unless 0
+    monkeypatch.setenv(fastpath.ROWS_ENV, "0")
+    assert fastpath.rows_wanted() == (False, [])
     monkeypatch.setenv(fastpath.ROWS_ENV, "2")
     assert fastpath.rows_wanted()[1] == [f"{fastpath.ROWS_ENV} must be 0 or 1 (or unset), got '2'"]
 

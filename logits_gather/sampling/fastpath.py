@@ -31,10 +31,10 @@ the fused path. (It was opt-in while a wrong top_k token on one rank was unexpla
 the cause, candidates replicated across threads in the final kernel, is fixed: README,
 GPU tests.)"""
 ROWS_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK_ROWS"
-"""``1``: a per-row ``top_k`` tensor on the fused path too (:func:`.topp.sample_rows_k`);
-``0`` or unset: the exact filter path. Opt-in: its kernels passed the emulated tp 2, 4
-and 8 tests, but the sampler-level routing has not yet passed a multi-process GPU test
-(the one run found a flag bug, fixed since; README, GPU tests)."""
+"""``0``: a per-row ``top_k`` tensor takes the exact filter path; ``1`` or unset: the
+fused path too (:func:`.topp.sample_rows_k`). (It was opt-in until the sampler-level
+routing, whose first multi-process run found a flag bug, passed the multi-process GPU
+tests after the fix: README, GPU tests.)"""
 MAX_WORLD = 4
 """The most ranks the fused path serves by default: its multi-process GPU tests passed at
 tp 2 and 4; at tp 8 it has passed only with ranks emulated in one process (the one
@@ -77,8 +77,8 @@ def topk_wanted() -> tuple[bool, list[str]]:
 
 
 def rows_wanted() -> tuple[bool, list[str]]:
-    """This rank's setting for a per-row ``top_k`` on the fused path (off by default)."""
-    return _switch(ROWS_ENV, False)
+    """This rank's setting for a per-row ``top_k`` on the fused path (on by default)."""
+    return _switch(ROWS_ENV, True)
 
 
 def _on(device: torch.device):

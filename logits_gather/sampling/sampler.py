@@ -48,8 +48,8 @@ class VocabParallelSampler:
     path serves at most 4 ranks (``LOGITS_GATHER_SAMPLING_FUSED``: ``1`` any tp, ``0``
     never); an int ``top_k <= 64``, with or without ``top_p`` and ``min_p``
     (:mod:`.topk`), joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=0``; a per-row
-    ``top_k`` tensor joins it with ``LOGITS_GATHER_SAMPLING_FUSED_TOPK_ROWS=1`` (opt-in,
-    see :data:`.fastpath.ROWS_ENV`; both the same on every rank). ``timeout_s`` and
+    ``top_k`` tensor joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK_ROWS=0``
+    (:data:`.fastpath.ROWS_ENV`; both the same on every rank). ``timeout_s`` and
     ``on_timeout`` bound the fused kernels' waits for peers as in ``LogitsGather``
     (defaults from ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see
     :meth:`check`.
