@@ -418,3 +418,16 @@ def test_fused_launch_geometry(world: int, columns: int) -> None:
             assert 32 * plan.probe >= 2 * (1 + plan.g)
             assert 32 * plan.reduce <= max(32, geo.cand * plan.g)
             assert 32 * plan.final <= max(32, geo.cand * plan.kp)
+
+
+def test_fused_radix_key_bits() -> None:
+    """The overflow writer's and the final kernels' radix keys of x: 16 bits only for
+    bfloat16 (exact there: its values fill fp32's top 16 bits), else all 32 (float16
+    values need 19; fewer bits would tie distinct values and pick wrong cuts)."""
+    from logits_gather.sampling.fused_filters import xbits
+
+    assert xbits(torch.bfloat16) == 16
+    assert xbits(torch.float16) == 32 and xbits(torch.float32) == 32
+    x = torch.randn(10000).to(torch.bfloat16).float()
+    top = x.view(torch.int32) >> 16  # the 16 bits the keys keep
+    assert torch.unique(top).numel() == torch.unique(x).numel()  # distinct values, distinct keys

@@ -4,8 +4,9 @@ The shard is cut into ``S = ceil(N / block)`` splits of ``block`` columns. The
 local kernel's program ``(row, split)`` stores its words straight into every
 rank's mailbox; the final kernel waits for all ranks' words of its row and
 reduces them (word layouts: :mod:`.kernels`; the exchange: :mod:`.ll`). min-p
-alone takes two rounds (the row maximum first): four launches. Nothing here
-allocates but the outputs; no host sync.
+alone takes two rounds (the row maximum first): four launches. The filters' longer
+sequences (top-k with min-p and top-p; top-p) are in :mod:`.fused_filters`. Nothing
+here allocates but the outputs; no host sync.
 
 Each operation has one launch geometry (the same on every rank; its mailbox layout
 follows from it). The noise-heavy writers (sampling, min-p, the filter path's
@@ -23,7 +24,8 @@ from typing import Any
 
 import torch
 
-from .geometry import Geometry, TopK, _pow2, _warps, room
+from . import fused_filters
+from .geometry import Geometry, TopK, room
 from .launcher import Launcher
 
 NUCLEUS_LANES = 4096
@@ -32,12 +34,6 @@ WIDE = (4096, 8)
 """(columns per split, warps) of greedy, plain logprobs and top-k."""
 NARROW = (2048, 4)
 """(columns per split, warps) of sampling, min-p, the scores and logprobs with top_n."""
-
-
-def xbits(dtype: torch.dtype) -> int:
-    """The final kernels' radix keys (:func:`.nucleus._decode`): 16 bits for bfloat16
-    inputs (their values fill the top 16 of fp32's), else 32."""
-    return 16 if dtype == torch.bfloat16 else 32
 
 
 class Fused:
@@ -141,46 +137,10 @@ class Fused:
         self._final(self.f.sample_final, m, mb, tail, {}, 1, self.narrow)
         return out
 
-    def sample_topk(
-        self,
-        shard: torch.Tensor,
-        t: torch.Tensor,
-        seed: torch.Tensor,
-        k: int | torch.Tensor,
-        p: torch.Tensor | None,
-        log_min_p: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """Top-k (``k`` 1..64, or int64 ``[M]``: rows outside 1..64 get junk tokens), then
-        min-p (``log_min_p`` fp32 ``[M]``) and top-p (``p`` float64 ``[M]``, rows ``>= 1``
-        off) over the exact top-k set (:mod:`.topk`).
-
-        Round 1: the largest x of G column groups per split (G * c >= k) bound the
-        row's k-th from below; round 2: each split sends every element at or above it,
-        or (rare, a second writer) its k largest."""
-        rowk = isinstance(k, torch.Tensor)
-        m, c, plan = shard.shape[0], self.wide.c, self.wide.topk(64 if rowk else k)
-        g, kp = plan.g, plan.kp
-        mb = self._local(self.k.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
-        gbest, low = self._new(shard), self._new(shard, torch.int32)
-        tail = (t, gbest, low, c, k)
-        self._final(self.f.topk_reduce, m, mb, tail, {"G": g, "ROWK": rowk}, plan.reduce)
-        mb = self.box(self.words("sample_k", kp), m)
-        if mb.flags is None:  # lives with its mailbox: graphs captured with it keep both
-            mb.flags = torch.zeros(mb.capacity * self.wide.splits, dtype=torch.int32,
-                                   device=shard.device)  # fmt: skip
-        flags = mb.flags
-        self._local(self.t.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
-        head = (t, seed, flags)
-        bits = 16 if shard.dtype == torch.bfloat16 else 32  # radix keys: x's bits (exact)
-        consts = {"KP": kp, "BITS": bits, "ROWK": rowk}
-        self._local(self.t.topk_overflow, shard, head, "sample_k", kp, (k,), consts)
-        out = self._new(shard)
-        tail = (t, seed, t if p is None else p, t if log_min_p is None else log_min_p)
-        tail += (gbest, out, c, k)
-        consts = {"KP": kp, "TOPP": p is not None, "MINP": log_min_p is not None, "ROWK": rowk}
-        consts["XBITS"] = xbits(shard.dtype)
-        self._final(self.t.topk_final, m, mb, tail, consts, plan.final)
-        return out
+    sample_topk = fused_filters.sample_topk
+    """Top-k, then min-p and top-p over the exact top-k set (:mod:`.fused_filters`)."""
+    sample_topp = fused_filters.sample_topp
+    """Top-p after min-p, ``(tokens, need)`` (:mod:`.fused_filters`)."""
 
     def scores(
         self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor
@@ -212,43 +172,6 @@ class Fused:
         tail = (t, seed, out, self.narrow.c)
         self._final(self.f.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
         return out
-
-    def sample_topp(
-        self,
-        shard: torch.Tensor,
-        t: torch.Tensor,
-        seed: torch.Tensor,
-        p: torch.Tensor,
-        log_min_p: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-p (``p`` float64 ``[M]``), after min-p if ``log_min_p`` (fp32 ``[M]``):
-        ``(tokens, need)``, tokens -1 where neither round could decide the nucleus and
-        then ``need`` (bool ``[1]``) True (:mod:`.nucleus`, :mod:`.spill`). The rows
-        round 1 left to round 2 are those whose ``self.spilled`` is not DONE."""
-        m, slots = shard.shape[0], self.nucleus_slots
-        gbest = self.greedy(shard, key=True)
-        mp = p if log_min_p is None else log_min_p
-        head = (t, seed, p, mp, gbest)
-        consts = {"SLOTS": slots, "MINP": log_min_p is not None}
-        mb = self._local(self.n.nucleus_local, shard, head, "nucleus", 0, (), consts)
-        out = self._new(shard)
-        need = torch.zeros(1, dtype=torch.bool, device=shard.device)
-        # lam starts DONE: a harness that runs writers before the waiting kernel before
-        # them (tests.emulated's warm) then has every rank skip every row alike.
-        lam = torch.full((m,), 0x7FFFFFFF, dtype=torch.int32, device=shard.device)
-        thr = self._new(shard)
-        self.spilled = lam
-        lanes = _pow2(self.narrow.c * slots)
-        consts = {"SLOTS": slots, "LANES": lanes, "XBITS": xbits(shard.dtype)}
-        tail = (t, seed, p, gbest, out, need, lam, thr, self.narrow.c)
-        warps = _warps(lanes, 8)
-        self._final(self.n.nucleus_final, m, mb, tail, consts, warps, self.narrow)
-        seen = self._new(shard, torch.int32)
-        head = (t, lam, seen)
-        mb = self._local(self.s.again_local, shard, head, "again", 0, (), {"SLOTS": slots})
-        tail = (t, seed, seen, thr, gbest, out, need, self.narrow.c)
-        self._final(self.s.again_final, m, mb, tail, consts, warps, self.narrow)
-        return out, need
 
     def logprobs(
         self, shard: torch.Tensor, ids: torch.Tensor, n: int

@@ -1,0 +1,104 @@
+"""The fused launch sequences of the filters: top-k (with min-p and top-p over the
+exact top-k set, :mod:`.topk`) and top-p without top-k (:mod:`.nucleus`,
+:mod:`.spill`). Each is several rounds of writers and waiting kernels on one
+:class:`~.fused.Fused`'s geometries and mailboxes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .geometry import _pow2, _warps
+
+if TYPE_CHECKING:
+    from .fused import Fused
+
+
+def xbits(dtype: torch.dtype) -> int:
+    """Bits of the radix keys of x (:func:`.keys.radix_bits`) that the overflow writer
+    and the final kernels (:func:`.nucleus._decode`) use: 16 for bfloat16 inputs (their
+    values fill the top 16 of fp32's), else 32."""
+    return 16 if dtype == torch.bfloat16 else 32
+
+
+def sample_topk(
+    fused: Fused,
+    shard: torch.Tensor,
+    t: torch.Tensor,
+    seed: torch.Tensor,
+    k: int | torch.Tensor,
+    p: torch.Tensor | None,
+    log_min_p: torch.Tensor | None,
+) -> torch.Tensor:
+    """Top-k (``k`` 1..64, or int64 ``[M]``: rows outside 1..64 get junk tokens), then
+    min-p (``log_min_p`` fp32 ``[M]``) and top-p (``p`` float64 ``[M]``, rows ``>= 1``
+    off) over the exact top-k set (:mod:`.topk`).
+
+    Round 1: the largest x of G column groups per split (G * c >= k) bound the
+    row's k-th from below; round 2: each split sends every element at or above it,
+    or (rare, a second writer) its k largest."""
+    rowk = isinstance(k, torch.Tensor)
+    m, c, plan = shard.shape[0], fused.wide.c, fused.wide.topk(64 if rowk else k)
+    g, kp = plan.g, plan.kp
+    mb = fused._local(fused.k.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
+    gbest, low = fused._new(shard), fused._new(shard, torch.int32)
+    tail = (t, gbest, low, c, k)
+    fused._final(fused.f.topk_reduce, m, mb, tail, {"G": g, "ROWK": rowk}, plan.reduce)
+    mb = fused.box(fused.words("sample_k", kp), m)
+    if mb.flags is None:  # lives with its mailbox: graphs captured with it keep both
+        mb.flags = torch.zeros(mb.capacity * fused.wide.splits, dtype=torch.int32,
+                               device=shard.device)  # fmt: skip
+    flags = mb.flags
+    fused._local(fused.t.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
+    head = (t, seed, flags)
+    consts = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": rowk}  # radix keys: exact
+    fused._local(fused.t.topk_overflow, shard, head, "sample_k", kp, (k,), consts)
+    out = fused._new(shard)
+    tail = (t, seed, t if p is None else p, t if log_min_p is None else log_min_p)
+    tail += (gbest, out, c, k)
+    consts = {"KP": kp, "TOPP": p is not None, "MINP": log_min_p is not None, "ROWK": rowk}
+    consts["XBITS"] = xbits(shard.dtype)
+    fused._final(fused.t.topk_final, m, mb, tail, consts, plan.final)
+    return out
+
+
+def sample_topp(
+    fused: Fused,
+    shard: torch.Tensor,
+    t: torch.Tensor,
+    seed: torch.Tensor,
+    p: torch.Tensor,
+    log_min_p: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-p (``p`` float64 ``[M]``), after min-p if ``log_min_p`` (fp32 ``[M]``):
+    ``(tokens, need)``, tokens -1 where neither round could decide the nucleus and
+    then ``need`` (bool ``[1]``) True (:mod:`.nucleus`, :mod:`.spill`). The rows
+    round 1 left to round 2 are those whose ``fused.spilled`` is not DONE."""
+    m, slots = shard.shape[0], fused.nucleus_slots
+    gbest = fused.greedy(shard, key=True)
+    mp = p if log_min_p is None else log_min_p
+    head = (t, seed, p, mp, gbest)
+    consts = {"SLOTS": slots, "MINP": log_min_p is not None}
+    mb = fused._local(fused.n.nucleus_local, shard, head, "nucleus", 0, (), consts)
+    out = fused._new(shard)
+    need = torch.zeros(1, dtype=torch.bool, device=shard.device)
+    # lam starts DONE: a harness that runs writers before the waiting kernel before
+    # them (tests.emulated's warm) then has every rank skip every row alike.
+    lam = torch.full((m,), 0x7FFFFFFF, dtype=torch.int32, device=shard.device)
+    thr = fused._new(shard)
+    fused.spilled = lam
+    lanes = _pow2(fused.narrow.c * slots)
+    consts = {"SLOTS": slots, "LANES": lanes, "XBITS": xbits(shard.dtype)}
+    tail = (t, seed, p, gbest, out, need, lam, thr, fused.narrow.c)
+    warps = _warps(lanes, 8)
+    fused._final(fused.n.nucleus_final, m, mb, tail, consts, warps, fused.narrow)
+    seen = fused._new(shard, torch.int32)
+    head = (t, lam, seen)
+    mb = fused._local(fused.s.again_local, shard, head, "again", 0, (), {"SLOTS": slots})
+    tail = (t, seed, seen, thr, gbest, out, need, fused.narrow.c)
+    fused._final(fused.s.again_final, m, mb, tail, consts, warps, fused.narrow)
+    return out, need
+
+
+__all__ = ["sample_topk", "sample_topp", "xbits"]
