@@ -54,7 +54,7 @@ def variants():
         for kp in (2, 64):
             yield f"topk_local KP={kp}", T.topk_local, x, dict(local, KP=kp), 8
             for rowk in (False, True):
-                consts = dict(local, KP=kp, BITS=bits, ROWK=rowk)
+                consts = dict(local, KP=kp, BITS=bits, ROWK=rowk, SP=32)
                 yield f"topk_overflow KP={kp} ROWK={rowk}", T.topk_overflow, x, consts, 8
         yield "scores_kernel", K.scores_kernel, x, {"BLOCK": 4096}, 8
         yield "minp_local", K.minp_local, x, local, 8
@@ -68,9 +68,9 @@ def variants():
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
-    for rowk in (False, True):
-        reduce = dict(final, G=8, THREADS=128, ROWK=rowk)
-        yield f"topk_reduce G=8 ROWK={rowk}", F.topk_reduce, None, reduce, 4
+    for rowk, bits in ((False, 16), (True, 16), (False, 32)):
+        reduce = dict(final, G=8, THREADS=128, ROWK=rowk, BITS=bits)
+        yield f"topk_reduce G=8 ROWK={rowk} BITS={bits}", F.topk_reduce, None, reduce, 4
     yield "sample_final", F.sample_final, None, final, 1
     for topp, minp, rowk, xb in ((0, 0, 0, 16), (1, 0, 0, 16), (1, 1, 1, 16), (1, 0, 0, 32)):
         tf = dict(final, CAND=32, KP=64, THREADS=256, TOPP=topp, MINP=minp, ROWK=rowk, XBITS=xb)

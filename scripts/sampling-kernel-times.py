@@ -1,12 +1,13 @@
 """Where the fused sampling time goes, on one GPU, one process, no peers.
 
-``python scripts/sampling-kernel-times.py [--columns 75776] [--rows 1,16,64,256]``
+``python scripts/sampling-kernel-times.py [--columns 75776] [--rows 1,16,64,256] [--kernels]``
 
 A one-rank sampler over ``columns`` columns (the per-rank work of tp=2 at
 V=151552) with a local mailbox. For each operation it prints microseconds per
 launch under CUDA-graph replay of: the local kernel alone (it may be replayed:
 it does not advance epochs), and the whole operation (local and final kernels;
-the final's cost is the difference). No NVLink: add the exchange's latency.
+the final's cost is the difference). ``--kernels`` also prints each whole operation's
+kernels with their GPU times (torch.profiler). No NVLink: add the exchange's latency.
 """
 
 from __future__ import annotations
@@ -38,6 +39,32 @@ def _time(fn, iters: int = 200, reps: int = 7) -> float:
     return statistics.median(out)
 
 
+def _kernels(fn, reps: int = 30) -> list[tuple[str, float]]:
+    """``(kernel, median GPU us)`` in launch order, from torch.profiler over graph replays
+    of ``fn``: where a whole operation's time goes (its total is :func:`_time`)."""
+    from torch.autograd import DeviceType
+
+    fn()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    for _ in range(10):
+        graph.replay()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            graph.replay()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    events.sort(key=lambda e: e.time_range.start)
+    per = len(events) // reps
+    out = []
+    for i in range(per):
+        us = [e.time_range.elapsed_us() for e in events[i::per]]
+        out.append((events[i].name.split("(")[0][:24], statistics.median(us)))
+    return out
+
+
 def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     out: dict[str, float] = {}
     x = (torch.randn(m, columns, device=device) * 3).to(torch.bfloat16)
@@ -58,7 +85,9 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         "logprobs": (f.k.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0}),
         "logprobs_n5": (f.k.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8}),
     }
-    head = (t, seed, p90, p90, gkey)
+    lam = torch.empty(m, dtype=torch.int32, device=device)
+    need = torch.empty(1, dtype=torch.bool, device=device)
+    head = (t, seed, p90, p90, gkey, lam, need)
     locals_["nucleus (top_p)"] = (f.n.nucleus_local, head, "nucleus", 0, (), nucleus)
     for name, (fn, head, op, room, tail, consts) in locals_.items():
         out[f"{name} local"] = _time(
@@ -69,7 +98,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         plan = f.wide.topk(k)
         mb = f._local(f.k.topk_probe, x, (), "probe", plan.g, (), {"G": plan.g}, plan.probe)
         gbest, low = f._new(x), f._new(x, torch.int32)
-        consts = {"G": plan.g, "ROWK": False}
+        consts = {"G": plan.g, "ROWK": False, "BITS": 16}  # x is bfloat16
         f._final(f.f.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), consts, plan.reduce)
         return low
 
@@ -96,7 +125,13 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     }
     for name, fn in whole.items():
         out[f"{name} all"] = _time(fn)
+        if KERNELS:
+            parts = " ".join(f"{k}={us:.1f}" for k, us in _kernels(fn))
+            print(f"M={m} {name} ({out[f'{name} all']:.1f} us): {parts}", flush=True)
     return out
+
+
+KERNELS = False  # --kernels
 
 
 def main() -> None:
@@ -109,7 +144,14 @@ def main() -> None:
         help="comma-separated BLOCKxWARPS launch geometries, each given to every operation, "
         "timed in this order in one process (default: the sampler's own geometries)",
     )
+    p.add_argument(
+        "--kernels",
+        action="store_true",
+        help="also print each whole operation's kernels with their GPU time (torch.profiler)",
+    )
     args = p.parse_args()
+    global KERNELS
+    KERNELS = args.kernels
     device = torch.device("cuda")
     rows = [int(m) for m in args.rows.split(",")]
     warm = torch.randn(4096, 4096, device=device)

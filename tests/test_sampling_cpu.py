@@ -431,3 +431,31 @@ def test_fused_radix_key_bits() -> None:
     x = torch.randn(10000).to(torch.bfloat16).float()
     top = x.view(torch.int32) >> 16  # the 16 bits the keys keep
     assert torch.unique(top).numel() == torch.unique(x).numel()  # distinct values, distinct keys
+
+
+def test_topk_reduce_rebuilds_bfloat16_keys() -> None:
+    """topk_reduce's 16-bit radix select returns the top half of a group maximum's key
+    ``ordered32(x) ^ 2**31``; for bfloat16 x the low half is all zeros for x >= 0 and all
+    ones for x < 0 (ordered32 flips a negative's bits), which rebuilds the key exactly."""
+    x = torch.cat([torch.randn(20000) * 40, torch.tensor([0.0, -0.0, 1e-30, -1e-30])])
+    x = x.to(torch.bfloat16).float()
+    b = x.view(torch.int32)
+    b = torch.where(x == 0, torch.zeros_like(b), b)
+    h = torch.where(b < 0, b ^ 0x7FFFFFFF, b)  # ordered32
+    u = (h.long() + 2**31) & 0xFFFFFFFF  # the kernel's uint32 key
+    top = (u >> 16) << 16
+    rebuilt = torch.where(top < 2**31, top | 0xFFFF, top)
+    assert torch.equal(rebuilt, u)
+
+
+@pytest.mark.parametrize("splits", [1, 10, 19, 37, 74])
+def test_idle_writer_programs(splits: int) -> None:
+    """Idle writers' programs per row: every split served (1..splits programs), about
+    IDLE_PROGRAMS in all once M is large, and never fewer than IDLE_LEAST per row."""
+    from logits_gather.sampling.geometry import IDLE_LEAST, IDLE_PROGRAMS, idle_programs
+
+    for m in (1, 2, 7, 16, 33, 64, 256, 1024, 8192):
+        p = idle_programs(m, splits)
+        assert 1 <= p <= splits
+        assert p == splits or p >= IDLE_LEAST
+        assert p * m <= max(IDLE_PROGRAMS, IDLE_LEAST * m)

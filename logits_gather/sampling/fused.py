@@ -92,9 +92,10 @@ class Fused:
 
     def _local(
         self, fn, shard, head: tuple, op: str, room: int, tail: tuple, consts: dict,
-        warps: int = 0,
+        warps: int = 0, programs: int = 0,
     ) -> Any:  # fmt: skip
-        """Launches a writer into ``op``'s mailbox (``room`` slots); returns the mailbox."""
+        """Launches a writer into ``op``'s mailbox (``room`` slots) on ``(M, programs)``
+        (default: one program per split); returns the mailbox."""
         geo = self.geometry(op, room)
         words = self.words(op, room)
         mb = self.box(words, shard.shape[0])
@@ -103,7 +104,7 @@ class Fused:
         args += (self.rank * words, *tail, self.columns, self.col0)
         warps = warps or geo.warps
         consts = dict(consts, BLOCK=geo.block, WORLD=self.world, THREADS=32 * warps)
-        self.launch(fn, (shard.shape[0], geo.splits), args, consts, warps)
+        self.launch(fn, (shard.shape[0], programs or geo.splits), args, consts, warps)
         return mb
 
     def _final(self, fn, m: int, mb, tail: tuple, consts: dict, warps: int, geo=None) -> None:
@@ -189,4 +190,12 @@ class Fused:
         return lp, top_ids, top_lp
 
 
-__all__ = ["NARROW", "NUCLEUS_LANES", "WIDE", "Fused", "Geometry", "TopK", "room"]
+__all__ = [
+    "NARROW",
+    "NUCLEUS_LANES",
+    "WIDE",
+    "Fused",
+    "Geometry",
+    "TopK",
+    "room",
+]

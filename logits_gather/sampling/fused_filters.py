@@ -9,10 +9,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .geometry import _pow2, _warps
+from .geometry import _pow2, _warps, idle_programs
 
 if TYPE_CHECKING:
     from .fused import Fused
+
+
+FINAL_WARPS = 8
+"""Warps of top-p's final kernels (4096 candidate lanes at tp=2). On one H200, 16 warps
+ran nucleus_final in 16.7 us against 19.3 on 8, but returned a wrong token in the
+emulated tp=2 test (float16, per-row top_p); 32 took 19.8 (benchmarks/NOTES.md)."""
 
 
 def xbits(dtype: torch.dtype) -> int:
@@ -44,7 +50,8 @@ def sample_topk(
     mb = fused._local(fused.k.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
     gbest, low = fused._new(shard), fused._new(shard, torch.int32)
     tail = (t, gbest, low, c, k)
-    fused._final(fused.f.topk_reduce, m, mb, tail, {"G": g, "ROWK": rowk}, plan.reduce)
+    consts = {"G": g, "ROWK": rowk, "BITS": xbits(shard.dtype)}
+    fused._final(fused.f.topk_reduce, m, mb, tail, consts, plan.reduce)
     mb = fused.box(fused.words("sample_k", kp), m)
     if mb.flags is None:  # lives with its mailbox: graphs captured with it keep both
         mb.flags = torch.zeros(mb.capacity * fused.wide.splits, dtype=torch.int32,
@@ -52,8 +59,10 @@ def sample_topk(
     flags = mb.flags
     fused._local(fused.t.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
     head = (t, seed, flags)
-    consts = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": rowk}  # radix keys: exact
-    fused._local(fused.t.topk_overflow, shard, head, "sample_k", kp, (k,), consts)
+    splits = fused.wide.splits
+    consts = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": rowk, "SP": _pow2(splits)}
+    fused._local(fused.t.topk_overflow, shard, head, "sample_k", kp, (k, splits), consts,
+                 programs=idle_programs(m, splits))  # fmt: skip
     out = fused._new(shard)
     tail = (t, seed, t if p is None else p, t if log_min_p is None else log_min_p)
     tail += (gbest, out, c, k)
@@ -78,27 +87,30 @@ def sample_topp(
     m, slots = shard.shape[0], fused.nucleus_slots
     gbest = fused.greedy(shard, key=True)
     mp = p if log_min_p is None else log_min_p
-    head = (t, seed, p, mp, gbest)
+    # need and lam are set by nucleus_local (False, DONE), not by fill kernels. lam starts
+    # DONE there: a harness that runs writers before the waiting kernels before them
+    # (tests.emulated's warm) then has every rank skip every row alike in round 2.
+    need = torch.empty(1, dtype=torch.bool, device=shard.device)
+    lam = fused._new(shard, torch.int32)
+    head = (t, seed, p, mp, gbest, lam, need)
     consts = {"SLOTS": slots, "MINP": log_min_p is not None}
     mb = fused._local(fused.n.nucleus_local, shard, head, "nucleus", 0, (), consts)
     out = fused._new(shard)
-    need = torch.zeros(1, dtype=torch.bool, device=shard.device)
-    # lam starts DONE: a harness that runs writers before the waiting kernel before
-    # them (tests.emulated's warm) then has every rank skip every row alike.
-    lam = torch.full((m,), 0x7FFFFFFF, dtype=torch.int32, device=shard.device)
     thr = fused._new(shard)
     fused.spilled = lam
     lanes = _pow2(fused.narrow.c * slots)
     consts = {"SLOTS": slots, "LANES": lanes, "XBITS": xbits(shard.dtype)}
     tail = (t, seed, p, gbest, out, need, lam, thr, fused.narrow.c)
-    warps = _warps(lanes, 8)
+    warps = _warps(lanes, FINAL_WARPS)
     fused._final(fused.n.nucleus_final, m, mb, tail, consts, warps, fused.narrow)
     seen = fused._new(shard, torch.int32)
     head = (t, lam, seen)
-    mb = fused._local(fused.s.again_local, shard, head, "again", 0, (), {"SLOTS": slots})
+    splits = fused.narrow.splits
+    mb = fused._local(fused.s.again_local, shard, head, "again", 0, (splits,), {"SLOTS": slots},
+                      programs=idle_programs(m, splits))  # fmt: skip
     tail = (t, seed, seen, thr, gbest, out, need, fused.narrow.c)
     fused._final(fused.s.again_final, m, mb, tail, consts, warps, fused.narrow)
     return out, need
 
 
-__all__ = ["sample_topk", "sample_topp", "xbits"]
+__all__ = ["FINAL_WARPS", "sample_topk", "sample_topp", "xbits"]

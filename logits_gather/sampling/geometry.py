@@ -15,6 +15,25 @@ def room(k: int) -> int:
     return max(2, _pow2(k))
 
 
+IDLE_PROGRAMS = 256
+"""Programs of a launch that rarely has work (:func:`idle_programs`): on one H200,
+top-k's overflow writer took 4.9 us at M=64 on one program per split (1216) and 1.1 us
+at M=1 (19); top-p's round-2 writer 4.0 and 0.9 (benchmarks/NOTES.md)."""
+IDLE_LEAST = 8
+"""Programs per row of such a launch, at least. With one at M=256, a run where 3 rows
+reached top-p's round 2 (each then serving its 37 splits in series) took 242.5 us for
+top_p=0.9; with 8, a run where 2 did took 196.6, one where none did 170.3 (one H200)."""
+
+
+def idle_programs(m: int, splits: int) -> int:
+    """Programs per row of a writer that usually has nothing to do (top-k's overflow,
+    top-p's round 2), each serving its share of the row's ``splits`` in turn: about
+    :data:`IDLE_PROGRAMS` in all, but never fewer than :data:`IDLE_LEAST` per row (all
+    ``splits`` if fewer), so a row that does need the writer waits for at most
+    ``ceil(splits / IDLE_LEAST)`` splits in series."""
+    return min(splits, max(IDLE_LEAST, IDLE_PROGRAMS // max(m, 1)))
+
+
 def _warps(elements: int, most: int) -> int:
     """Warps for a kernel whose radix select runs over ``elements`` (a power of two): at
     most one thread per element. With more threads than elements Triton replicates each
@@ -62,4 +81,4 @@ class TopK(NamedTuple):
     final: int
 
 
-__all__ = ["Geometry", "TopK", "room"]
+__all__ = ["IDLE_LEAST", "IDLE_PROGRAMS", "Geometry", "TopK", "idle_programs", "room"]

@@ -69,9 +69,16 @@ def scores_kernel(x_ptr, x_stride, t_ptr, seed_ptr, s_ptr, g_ptr, N, col0, BLOCK
 
 @triton.jit
 def _load_row(x_ptr, x_stride, N, col0, BLOCK: tl.constexpr):
-    """(row, columns, mask, x as fp32, global columns); columns are int32."""
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    """(row, columns, mask, x as fp32, global columns) of program ``(row, split)``;
+    columns are int32."""
+    return _load_at(x_ptr, x_stride, N, col0, tl.program_id(0).to(tl.int64),
+                    tl.program_id(1), BLOCK)  # fmt: skip
+
+
+@triton.jit
+def _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK: tl.constexpr):
+    """:func:`_load_row` of split ``split`` of row ``row`` (int64)."""
+    cols = split * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)
     return row, cols, mask, x, cols + col0

@@ -168,6 +168,20 @@ def wait(
 
 
 @triton.jit
+def wait3(row_ptr, ia, ib, ic, mask, ep, timeout_us, status, THREADS: tl.constexpr,
+          TRAP: tl.constexpr):  # fmt: skip
+    """:func:`wait` for three index sets of one shape and ``mask`` at once: one poll, so
+    one memory round trip when the words are in (the final kernels' common case)."""
+    i3 = tl.join(tl.join(ia, ib), tl.join(ic, ic))  # [..., 2, 2]: the fourth repeats ic
+    m3 = tl.join(tl.join(mask, mask), tl.join(mask, mask))
+    w = wait(row_ptr, i3, m3, ep, timeout_us, status, THREADS, TRAP)
+    ab, cc = tl.split(w)
+    a, b = tl.split(ab)
+    c, _ = tl.split(cc)
+    return a, b, c
+
+
+@triton.jit
 def epoch_of(epoch, row):
     """The epoch a use of ``row`` writes and waits for (the row's last one + 1)."""
     return tl.load(epoch + row) + 1

@@ -38,7 +38,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import ll
-from .finals import _gathered, _use_greedy
+from .finals import _row, _use_greedy
 from .kernels import _load_row, _target
 from .keys import (
     KEY_MIN,
@@ -129,11 +129,18 @@ def _score_keys(cand, seed_ptr, row):
 
 @triton.jit(do_not_specialize=["own", "col0"])
 def nucleus_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride,
-    relems, own, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr, MINP: tl.constexpr,
-    WORLD: tl.constexpr, THREADS: tl.constexpr,
+    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr, need_ptr, peers,
+    epoch, pstride, relems, own, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
+    MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
+    """Also resets the call's flags, so that no fill kernel runs: ``lam`` to DONE (split 0
+    of each row; :func:`nucleus_final`, later in stream order, sets it) and ``need`` to
+    False (program ``(0, 0)``)."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+    if tl.program_id(1) == 0:
+        tl.store(lam_ptr + row, DONE)
+        if row == 0:
+            tl.store(need_ptr, 0)
     t = tl.load(t_ptr + row)
     te = tl.where(t > 0.0, t, 1.0)
     smax = tl.math.div_rn(value(tl.load(gbest_ptr + row)), te)
@@ -198,11 +205,9 @@ def _nucleus_row(
     F: tl.constexpr = HEAD + SLOTS
     c = tl.arange(0, CAND)
     ok = c < C
-    ep, rowbox, z = _gathered(
-        box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
-    )
-    w = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
-    best = ll.wait(rowbox, c * F + 2, ok, ep, timeout_us, status, THREADS, TRAP)
+    ep, rowbox = _row(box, epoch, pstride, relems, row)
+    z, w, best = ll.wait3(rowbox, c * F, c * F + 1, c * F + 2, ok, ep, timeout_us, status,
+                          THREADS, TRAP)  # fmt: skip
     e = tl.arange(0, LANES)  # candidate e: split e // SLOTS, slot e % SLOTS (LANES >= C * SLOTS)
     on = (e // SLOTS) < C
     cand = ll.wait(rowbox, (e // SLOTS) * F + HEAD + e % SLOTS, on, ep, timeout_us, status,

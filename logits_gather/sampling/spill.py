@@ -9,9 +9,11 @@ For such a row round 1 still knows a level ``lam`` with ``tau >= lam``: the larg
 level at which the candidates' own mass reaches ``thr`` (a lower bound on the
 row's mass there). So round 2 gathers every kept element at or above ``lam``:
 
-- :func:`again_local`, program ``(row, split)``: rows whose ``lam`` is DONE do
+- :func:`again_local`, program ``(row, p)`` of ``(M, P)`` (``P <= S``,
+  :func:`.geometry.idle_programs`; a program serves splits ``p, p + P, ..`` in
+  turn): rows whose ``lam`` is DONE do
   nothing at all (no words, no epoch: every rank skips the same rows, as every rank
-  computed the same ``lam``). Otherwise ``[count, SLOTS candidate keys key(s, j)]``:
+  computed the same ``lam``). Otherwise, per split, ``[count, SLOTS candidate keys key(s, j)]``:
   every element with ``ordered32(s) >= lam`` when at most ``SLOTS`` qualify, else only
   the count. Elements at or above ``lam`` are kept by min-p (``lam`` is the level of
   a kept candidate, and min-p keeps an upper set).
@@ -27,7 +29,7 @@ row's mass there). So round 2 gathers every kept element at or above ``lam``:
   (:mod:`.topp`).
 
 Both kernels run on every top-p call; when round 1 decided every row, they exit at
-once (about 2 us under graph replay at M=64 on one H200, benchmarks/NOTES.md).
+once. ``lam`` starts DONE: :func:`.nucleus.nucleus_local` sets it so for every row.
 """
 
 from __future__ import annotations
@@ -37,35 +39,49 @@ import triton.language as tl
 
 from . import ll
 from .finals import _gathered
-from .kernels import _load_row, _target
+from .kernels import _load_at, _target
 from .keys import KEY_MIN, index, key, ordered32, value
 from .nucleus import DONE, _decode, _mass, _score_keys, _tau
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
 def again_local(
-    x_ptr, x_stride, t_ptr, lam_ptr, seen_ptr, peers, epoch, pstride, relems, own, N, col0,
+    x_ptr, x_stride, t_ptr, lam_ptr, seen_ptr, peers, epoch, pstride, relems, own, S, N, col0,
     BLOCK: tl.constexpr, SLOTS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
+    """Program ``(row, p)`` of ``(M, P)`` serves the row's splits ``p, p + P, ..`` (``S``
+    of them) in turn: the launch costs little when no row needs it (every top-p call)."""
     row = tl.program_id(0).to(tl.int64)
     lam = tl.load(lam_ptr + row)
     if tl.program_id(1) == 0:
         tl.store(seen_ptr + row, lam)  # what the writers saw, for the final kernel
     if lam != DONE:
-        row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
-        t = tl.load(t_ptr + row)
-        s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
-        sel = mask & (ordered32(s) >= lam)
-        slot = tl.cumsum(sel.to(tl.int32), 0) - 1
-        count = tl.sum(sel.to(tl.int32), 0)
-        fits = count <= SLOTS
         ep, off = _target(epoch, pstride, relems, row)
-        base = own + tl.program_id(1) * (1 + SLOTS)
-        ll.put_few(peers, off, base, count.to(tl.int64), 0, ep, 1, WORLD, THREADS)
-        ll.put(peers, off, base + 1 + slot, key(s, gidx), sel & fits, ep, WORLD)
-        j = tl.arange(0, 64)
-        empty = ((j >= count) | ~fits) & (j < SLOTS)
-        ll.put(peers, off, base + 1 + j, tl.full([64], KEY_MIN, tl.int64), empty, ep, WORLD)
+        t = tl.load(t_ptr + row)
+        split = tl.program_id(1)
+        while split < S:
+            _again_split(x_ptr, x_stride, t, lam, peers, off, ep, own, N, col0, row, split,
+                         BLOCK, SLOTS, WORLD, THREADS)  # fmt: skip
+            split += tl.num_programs(1)
+
+
+@triton.jit
+def _again_split(
+    x_ptr, x_stride, t, lam, peers, off, ep, own, N, col0, row, split, BLOCK: tl.constexpr,
+    SLOTS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
+    s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+    sel = mask & (ordered32(s) >= lam)
+    slot = tl.cumsum(sel.to(tl.int32), 0) - 1
+    count = tl.sum(sel.to(tl.int32), 0)
+    fits = count <= SLOTS
+    base = own + split * (1 + SLOTS)
+    ll.put_few(peers, off, base, count.to(tl.int64), 0, ep, 1, WORLD, THREADS)
+    ll.put(peers, off, base + 1 + slot, key(s, gidx), sel & fits, ep, WORLD)
+    j = tl.arange(0, 64)
+    empty = ((j >= count) | ~fits) & (j < SLOTS)
+    ll.put(peers, off, base + 1 + j, tl.full([64], KEY_MIN, tl.int64), empty, ep, WORLD)
 
 
 @triton.jit(do_not_specialize=["M"])

@@ -10,7 +10,10 @@ has two writers on the ``(M, S)`` grid, launched back to back:
   row's epoch (every program stores its flag on every call, so no flag is stale).
 - :func:`topk_overflow`: only the marked splits (rare), which send their ``k`` largest
   (a radix select). This code lives in its own kernel: inside :func:`topk_local`,
-  never run, it made that kernel 1.7x slower at M=64 (benchmarks/NOTES.md).
+  never run, it made that kernel 1.7x slower at M=64 (benchmarks/NOTES.md). Its grid
+  is ``(M, P)`` with ``P`` at most ``S`` (:func:`.geometry.idle_programs`): each
+  program reads the flags of its share of the row's splits at once and serves the
+  marked ones in turn, so the launch is cheap when none is marked.
 
 Words per split: ``[tie, floor, KP candidate keys key(s, j)]``. ``tie`` and ``floor``
 are KEY_MIN unless the split left out elements equal to its k-th largest ``v``; then
@@ -40,8 +43,8 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .finals import _gathered, _use_greedy, row_k
-from .kernels import _load_row, _target
+from .finals import _row, _use_greedy, row_k
+from .kernels import _load_at, _load_row, _target
 from .keys import (
     KEY_MIN,
     LOW,
@@ -85,36 +88,53 @@ def topk_local(
 
 @triton.jit(do_not_specialize=["own", "k", "col0"])
 def topk_overflow(
-    x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, N, col0,
+    x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, S, N, col0,
+    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
+    SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """The splits :func:`topk_local` marked: their ``k`` (<= KP) largest elements. Program
+    ``(row, p)`` of ``(M, P)`` serves the row's splits ``p, p + P, ..`` (``S`` of them,
+    ``SP >= S``): one load of their flags, then the marked ones in turn (rare), so that
+    the launch costs little when none is marked (it runs on every top-k call)."""
+    row = tl.program_id(0).to(tl.int64)
+    ep, off = _target(epoch, pstride, relems, row)
+    j = tl.arange(0, SP)
+    mine = (j < S) & (j % tl.num_programs(1) == tl.program_id(1))
+    todo = mine & (tl.load(flags + row * S + j, mask=mine, other=0) == ep)
+    while tl.max(todo.to(tl.int32), 0) == 1:
+        split = tl.min(tl.where(todo, j, SP), 0)
+        todo = todo & (j != split)
+        _overflow_split(x_ptr, x_stride, t_ptr, seed_ptr, peers, off, ep, own, k, N, col0,
+                        row, split, BLOCK, KP, BITS, ROWK, WORLD, THREADS)  # fmt: skip
+
+
+@triton.jit
+def _overflow_split(
+    x_ptr, x_stride, t_ptr, seed_ptr, peers, off, ep, own, k, N, col0, row, split,
     BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
     WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    """The splits :func:`topk_local` marked: their ``k`` (<= KP) largest elements."""
-    row = tl.program_id(0).to(tl.int64)
-    split = tl.program_id(1)
-    ep, off = _target(epoch, pstride, relems, row)
-    if tl.load(flags + row * tl.num_programs(1) + split) == ep:
-        row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
-        t = tl.load(t_ptr + row)
-        s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
-        h = ordered32(s)
-        kr = row_k(k, row, ROWK)
-        sel, slot, v, overflow = top_select(h, radix_bits(x, BITS), mask, kr, BITS)
-        tie = tl.full((), KEY_MIN, tl.int64)
-        floor = tl.full((), KEY_MIN, tl.int64)
-        if overflow:
-            eq = mask & (h == v)
-            g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)[1]
-            tie = tl.max(tl.where(eq, key(g, gidx), KEY_MIN), 0)
-            left = tl.sum((eq & ~sel).to(tl.int32), 0).to(tl.int64)
-            floor = (left << 32) | (v.to(tl.int64) & LOW)
-        sel = sel & (slot < KP)  # k <= KP: a guard
-        base = own + split * (2 + KP)
-        ll.put_few(peers, off, base, tie, floor, ep, 2, WORLD, THREADS)
-        ll.put(peers, off, base + 2 + slot, key(s, gidx), sel, ep, WORLD)
-        j = tl.arange(0, KP)
-        count = tl.sum(sel.to(tl.int32), 0)
-        ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
+    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
+    t = tl.load(t_ptr + row)
+    s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+    h = ordered32(s)
+    kr = row_k(k, row, ROWK)
+    sel, slot, v, overflow = top_select(h, radix_bits(x, BITS), mask, kr, BITS)
+    tie = tl.full((), KEY_MIN, tl.int64)
+    floor = tl.full((), KEY_MIN, tl.int64)
+    if overflow:
+        eq = mask & (h == v)
+        g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)[1]
+        tie = tl.max(tl.where(eq, key(g, gidx), KEY_MIN), 0)
+        left = tl.sum((eq & ~sel).to(tl.int32), 0).to(tl.int64)
+        floor = (left << 32) | (v.to(tl.int64) & LOW)
+    sel = sel & (slot < KP)  # k <= KP: a guard
+    base = own + split * (2 + KP)
+    ll.put_few(peers, off, base, tie, floor, ep, 2, WORLD, THREADS)
+    ll.put(peers, off, base + 2 + slot, key(s, gidx), sel, ep, WORLD)
+    j = tl.arange(0, KP)
+    count = tl.sum(sel.to(tl.int32), 0)
+    ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
 
 
 @triton.jit(do_not_specialize=["M", "k"])
@@ -143,16 +163,12 @@ def _topk_row(
     TRAP: tl.constexpr,
 ):  # fmt: skip
     F: tl.constexpr = 2 + KP
-    c = tl.arange(0, CAND)
-    ep, rowbox, _ = _gathered(
-        box, epoch, pstride, relems, status, timeout_us, row, c * F, c < C, THREADS, TRAP
-    )
+    ep, rowbox = _row(box, epoch, pstride, relems, row)
     e = tl.arange(0, CAND * KP)  # candidate e: split e // KP, slot e % KP (1-D throughout)
     on = (e // KP) < C
     head = (e // KP) * F
-    cand = ll.wait(rowbox, head + 2 + e % KP, on, ep, timeout_us, status, THREADS, TRAP)
-    tie = ll.wait(rowbox, head, on, ep, timeout_us, status, THREADS, TRAP)
-    floor = ll.wait(rowbox, head + 1, on, ep, timeout_us, status, THREADS, TRAP)
+    cand, tie, floor = ll.wait3(rowbox, head + 2 + e % KP, head, head + 1, on, ep, timeout_us,
+                                status, THREADS, TRAP)  # fmt: skip
     gbest = tl.load(gbest_ptr + row)
     t = tl.load(t_ptr + row)
     tok = index(gbest)
