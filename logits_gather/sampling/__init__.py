@@ -40,7 +40,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import checks, exchange
+from . import checks, exchange, route
 from .sampler import MAX_CANDIDATES, Logprobs, VocabParallelSampler
 
 _samplers: dict[tuple[Any, ...], VocabParallelSampler] = {}
@@ -98,7 +98,7 @@ def sample(
     mp = checks.min_p(min_p, m, dev)
     sampler = cached_sampler(shard, group)
     sampler._rows(shard)
-    return sampler._sample(shard, t, seeds, k, p, mp)
+    return route.sample(sampler, shard, t, seeds, k, p, mp)
 
 
 def logprobs(

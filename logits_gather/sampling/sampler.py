@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from ..checks import resolve_device as _resolve_device
 from ..checks import resolve_options
-from . import checks, exchange, fastpath, filters, mailbox, ops, rng, topp
+from . import checks, exchange, fastpath, mailbox, ops, rng, route
 from .filters import MAX_CANDIDATES
 
 log = logging.getLogger(__name__)
@@ -185,49 +185,7 @@ class VocabParallelSampler:
         k = checks.top_k(top_k, m, self.vocab, dev, self.check_values)
         p = checks.top_p(top_p, m, dev, self.check_values)
         mp = checks.min_p(min_p, m, dev, self.check_values)
-        return self._sample(shard, t, seeds, k, p, mp)
-
-    def _sample(
-        self,
-        shard: torch.Tensor,
-        t: torch.Tensor,
-        seeds: torch.Tensor,
-        k: int | torch.Tensor | None = None,
-        p: float | torch.Tensor | None = None,
-        mp: float | torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        m = shard.shape[0]
-        if isinstance(k, int) and not 0 < k < self.vocab:
-            k = None
-        if isinstance(p, float) and p >= 1.0:
-            p = None
-        if isinstance(mp, float) and mp <= 0.0:
-            mp = None
-        if p is None and mp is None and not isinstance(k, torch.Tensor):
-            if self._fused is None:
-                return filters.sample_plain(self, shard, t, rng.row_keys(seeds), k)
-            if k is None:
-                return self._fused.sample(shard, t.view(m), seeds, None)
-        dev = self.device
-        if (
-            self._fused is not None
-            and isinstance(k, int)
-            and self._fused_topk
-            and k <= MAX_CANDIDATES
-        ):  # top-k, then min-p and/or top-p over the exact top-k set
-            pv = None if p is None else topp.rows(p, m, torch.float64, dev).view(m)
-            lmp = None if mp is None else torch.log(topp.rows(mp, m, torch.float32, dev)).view(m)
-            return self._fused.sample_topk(shard, t.view(m), seeds, k, pv, lmp)
-        if self._fused is not None and isinstance(k, torch.Tensor) and self._fused_rows:
-            return topp.sample_rows_k(self, shard, t, seeds, k, p, mp)
-        if self._fused is not None and k is None and p is not None:  # top-p (+ min-p)
-            return topp.sample(self, shard, t, seeds, p, mp)
-        mp = topp.rows(mp, m, torch.float32, dev)
-        if self._fused is not None and p is None and k is None:  # min-p alone: fused
-            return self._fused.sample_minp(shard, t.view(m), seeds, torch.log(mp).view(m))
-        k = topp.rows(k, m, torch.int64, dev)
-        p = topp.rows(p, m, torch.float64, dev)
-        return filters.sample(self, shard, t, seeds, k, p, mp)
+        return route.sample(self, shard, t, seeds, k, p, mp)
 
     # -- logprobs -------------------------------------------------------------------------
     def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor, top_n: int = 0) -> Logprobs:

@@ -1,0 +1,59 @@
+"""Which path serves a checked :meth:`~.sampler.VocabParallelSampler.sample` call: the
+torch-ops path, or one of the fused kernels' sequences (:mod:`.fused`, :mod:`.topp`).
+
+Filters that are off (``top_k`` 0 or >= V, ``top_p >= 1``, ``min_p <= 0`` as scalars)
+are dropped first; then, on the fused path: no filter, :meth:`.fused.Fused.sample`;
+an int ``top_k <= 64`` (with or without ``top_p``, ``min_p``), the fused top-k; a
+per-row ``top_k`` tensor, :func:`.topp.sample_rows_k`; ``top_p`` (with or without
+``min_p``), :func:`.topp.sample`; ``min_p`` alone, the fused min-p. Everything else
+runs :func:`.filters.sample`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import filters, rng, topp
+from .filters import MAX_CANDIDATES
+
+Filter = int | float | torch.Tensor | None
+
+
+def sample(sampler: Any, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tensor,
+           k: Filter, p: Filter, mp: Filter) -> torch.Tensor:  # fmt: skip
+    """Tokens ``[M]`` for checked arguments (``t`` fp32 ``[M, 1]``, ``seeds`` int64;
+    ``k`` an int or int64 ``[M]``, ``p`` and ``mp`` floats or ``[M]`` tensors, or None)."""
+    m = shard.shape[0]
+    fused = sampler._fused
+    if isinstance(k, int) and not 0 < k < sampler.vocab:
+        k = None
+    if isinstance(p, float) and p >= 1.0:
+        p = None
+    if isinstance(mp, float) and mp <= 0.0:
+        mp = None
+    if p is None and mp is None and not isinstance(k, torch.Tensor):
+        if fused is None:
+            return filters.sample_plain(sampler, shard, t, rng.row_keys(seeds), k)
+        if k is None:
+            return fused.sample(shard, t.view(m), seeds, None)
+    dev = sampler.device
+    if fused is not None and isinstance(k, int) and sampler._fused_topk and k <= MAX_CANDIDATES:
+        # top-k, then min-p and/or top-p over the exact top-k set
+        pv = None if p is None else topp.rows(p, m, torch.float64, dev).view(m)
+        lmp = None if mp is None else torch.log(topp.rows(mp, m, torch.float32, dev)).view(m)
+        return fused.sample_topk(shard, t.view(m), seeds, k, pv, lmp)
+    if fused is not None and isinstance(k, torch.Tensor) and sampler._fused_rows:
+        return topp.sample_rows_k(sampler, shard, t, seeds, k, p, mp)
+    if fused is not None and k is None and p is not None:  # top-p (+ min-p)
+        return topp.sample(sampler, shard, t, seeds, p, mp)
+    mp = topp.rows(mp, m, torch.float32, dev)
+    if fused is not None and p is None and k is None:  # min-p alone: fused
+        return fused.sample_minp(shard, t.view(m), seeds, torch.log(mp).view(m))
+    k = topp.rows(k, m, torch.int64, dev)
+    p = topp.rows(p, m, torch.float64, dev)
+    return filters.sample(sampler, shard, t, seeds, k, p, mp)
+
+
+__all__ = ["sample"]
