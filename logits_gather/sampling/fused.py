@@ -190,12 +190,4 @@ class Fused:
         return lp, top_ids, top_lp
 
 
-__all__ = [
-    "NARROW",
-    "NUCLEUS_LANES",
-    "WIDE",
-    "Fused",
-    "Geometry",
-    "TopK",
-    "room",
-]
+__all__ = ["NARROW", "NUCLEUS_LANES", "WIDE", "Fused", "Geometry", "TopK", "room"]
