@@ -3,9 +3,9 @@ lazily: needs Triton): round 2's writers and the final kernel.
 
 Round 1 (:func:`.kernels.topk_probe`, :func:`.finals.topk_reduce`) gives every rank the
 row's greedy key and a bound ``low`` at or below the row's k-th largest ``s``. Round 2
-has two writers on the ``(M, S)`` grid, launched back to back:
+has two writers, launched back to back:
 
-- :func:`topk_local`: a split with at most ``KP`` elements at or above ``low`` sends
+- :func:`topk_local` (grid ``(M, S)``): a split with at most ``KP`` elements at or above ``low`` sends
   them all; a split with more sends nothing and marks itself in ``flags`` with the
   row's epoch (every program stores its flag on every call, so no flag is stale).
 - :func:`topk_overflow`: only the marked splits (rare), which send their ``k`` largest
