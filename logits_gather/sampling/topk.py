@@ -5,9 +5,9 @@ Round 1 (:func:`.kernels.topk_probe`, :func:`.finals.topk_reduce`) gives every r
 row's greedy key and a bound ``low`` at or below the row's k-th largest ``s``. Round 2
 has two writers, launched back to back:
 
-- :func:`topk_local` (grid ``(M, S)``): a split with at most ``KP`` elements at or above ``low`` sends
-  them all; a split with more sends nothing and marks itself in ``flags`` with the
-  row's epoch (every program stores its flag on every call, so no flag is stale).
+- :func:`topk_local` (grid ``(M, S)``): a split with at most ``KP`` elements at or
+  above ``low`` sends them all; a split with more sends nothing and marks itself in
+  ``flags`` with the row's epoch (every program stores its flag on every call, so no flag is stale).
 - :func:`topk_overflow`: only the marked splits (rare), which send their ``k`` largest
   (a radix select). This code lives in its own kernel: inside :func:`topk_local`,
   never run, it made that kernel 1.7x slower at M=64 (benchmarks/NOTES.md). Its grid
