@@ -7,7 +7,8 @@ has two writers, launched back to back:
 
 - :func:`topk_local` (grid ``(M, S)``): a split with at most ``KP`` elements at or
   above ``low`` sends them all; a split with more sends nothing and marks itself in
-  ``flags`` with the row's epoch (every program stores its flag on every call, so no flag is stale).
+  ``flags`` with the row's epoch (every program stores its flag on every call, so no
+  flag is stale).
 - :func:`topk_overflow`: only the marked splits (rare), which send their ``k`` largest
   (a radix select). This code lives in its own kernel: inside :func:`topk_local`,
   never run, it made that kernel 1.7x slower at M=64 (benchmarks/NOTES.md). Its grid
