@@ -10,7 +10,8 @@ payload word travels as two 8-byte *elements*, ``(epoch << 32) | low half`` and
 - Writers (the ``*_local`` kernels, any number of CTAs per row) read the row's
   epoch ``e``, put ``E = e + 1`` into every element and store their words into
   parity ``E & 1`` of the row on every rank, their own included, each element
-  with one ``st.relaxed.sys`` (a strong, single-copy-atomic 8-byte store).
+  with a strong, single-copy-atomic 8-byte ``st.relaxed.sys`` (a word's two
+  elements in one 16-byte vector store, :func:`put`).
 - The reader (the one CTA of the consumer kernel that handles the row) polls its
   own copy with volatile loads (relaxed, system scope) until every element of the
   row shows ``E``, decodes the words, and stores the row's epoch ``E``. It is the
@@ -69,6 +70,26 @@ def _st(ptr, value, mask):
 
 
 @triton.jit
+def _st2(ptr, lo, hi, mask):
+    """``st.relaxed.sys.global.v2.b64`` of ``(lo, hi)`` at ``ptr`` (16-byte aligned) where
+    ``mask``: one instruction for a word's two elements, each still a single-copy-atomic
+    8-byte store (PTX models a vector access as its elements' accesses)."""
+    if HW:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $2, 0; "
+            "@p st.relaxed.sys.global.v2.b64 [$1], {$3, $4}; mov.b32 $0, 0; }",
+            "=r,l,r,l,l",
+            [ptr, mask.to(tl.int32), lo, hi],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+    else:
+        tl.store(ptr, lo, mask=mask)
+        tl.store(ptr + 1, hi, mask=mask)
+
+
+@triton.jit
 def _element(half, ep):
     return ((ep.to(tl.int64) & LOW) << 32) | (half & LOW)
 
@@ -84,9 +105,12 @@ def _st_all(peers, rowoff, at, value, mask, WORLD: tl.constexpr):
 def put(peers, rowoff, off, words, mask, ep, WORLD: tl.constexpr):
     """Stores 64-bit ``words`` (any shape) at word offsets ``off`` of row offset ``rowoff``
     (elements, see :func:`row_offset`) in every rank's mailbox (``peers``: int64
-    ``[WORLD]`` base addresses)."""
-    _st_all(peers, rowoff, 2 * off, _element(words, ep), mask, WORLD)
-    _st_all(peers, rowoff, 2 * off + 1, _element(words >> 32, ep), mask, WORLD)
+    ``[WORLD]`` base addresses), one :func:`_st2` per word and rank."""
+    lo = _element(words, ep)
+    hi = _element(words >> 32, ep)
+    for p in tl.static_range(WORLD):
+        base = tl.load(peers + p).to(tl.pointer_type(tl.int64)) + rowoff
+        _st2(base + 2 * off, lo, hi, mask)
 
 
 @triton.jit
