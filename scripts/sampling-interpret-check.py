@@ -276,12 +276,15 @@ def main() -> int:
     # One program per row for the idle writers (topk_overflow, again_local), so each
     # serves several splits in turn, as at M > 32 on GPUs: row 7 reaches top-p's round
     # 2 and rows 0 and 4 overflow top-k's slots.
-    least, most = geometry.IDLE_LEAST, geometry.IDLE_PROGRAMS
-    geometry.IDLE_LEAST = geometry.IDLE_PROGRAMS = 1
+    names = ("IDLE_LEAST", "IDLE_PROGRAMS", "OVERFLOW_LEAST", "OVERFLOW_PROGRAMS")
+    saved = [getattr(geometry, name) for name in names]
+    for name in names:
+        setattr(geometry, name, 1)
     try:
         fails += run(3, 5000, 8, random.randrange(2**31), torch.bfloat16)
     finally:
-        geometry.IDLE_LEAST, geometry.IDLE_PROGRAMS = least, most
+        for name, value in zip(names, saved, strict=True):
+            setattr(geometry, name, value)
     print("FAILURES:", fails)
     return 1 if fails else 0
 

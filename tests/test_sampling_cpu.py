@@ -449,13 +449,20 @@ def test_topk_reduce_rebuilds_bfloat16_keys() -> None:
 
 
 @pytest.mark.parametrize("splits", [1, 10, 19, 37, 74])
-def test_idle_writer_programs(splits: int) -> None:
+@pytest.mark.parametrize("which", ["round 2", "overflow"])
+def test_idle_writer_programs(splits: int, which: str) -> None:
     """Idle writers' programs per row: every split served (1..splits programs), about
-    IDLE_PROGRAMS in all once M is large, and never fewer than IDLE_LEAST per row."""
-    from logits_gather.sampling.geometry import IDLE_LEAST, IDLE_PROGRAMS, idle_programs
+    ``total`` in all once M is large, and never fewer than ``least`` per row."""
+    from logits_gather.sampling import geometry
 
+    total, least = (
+        (geometry.IDLE_PROGRAMS, geometry.IDLE_LEAST)
+        if which == "round 2"
+        else (geometry.OVERFLOW_PROGRAMS, geometry.OVERFLOW_LEAST)
+    )
     for m in (1, 2, 7, 16, 33, 64, 256, 1024, 8192):
-        p = idle_programs(m, splits)
+        p = geometry.idle_programs(m, splits, None if which == "round 2" else total,
+                                   None if which == "round 2" else least)  # fmt: skip
         assert 1 <= p <= splits
-        assert p == splits or p >= IDLE_LEAST
-        assert p * m <= max(IDLE_PROGRAMS, IDLE_LEAST * m)
+        assert p == splits or p >= least
+        assert p * m <= max(total, least * m)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import geometry
 from .geometry import _pow2, _warps, idle_programs
 
 if TYPE_CHECKING:
@@ -61,8 +62,9 @@ def sample_topk(
     head = (t, seed, flags)
     splits = fused.wide.splits
     consts = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": rowk, "SP": _pow2(splits)}
+    programs = idle_programs(m, splits, geometry.OVERFLOW_PROGRAMS, geometry.OVERFLOW_LEAST)
     fused._local(fused.t.topk_overflow, shard, head, "sample_k", kp, (k, splits), consts,
-                 programs=idle_programs(m, splits))  # fmt: skip
+                 programs=programs)  # fmt: skip
     out = fused._new(shard)
     tail = (t, seed, t if p is None else p, t if log_min_p is None else log_min_p)
     tail += (gbest, out, c, k)

@@ -22,16 +22,27 @@ at M=1 (19); top-p's round-2 writer 4.0 and 0.9 (benchmarks/NOTES.md)."""
 IDLE_LEAST = 8
 """Programs per row of such a launch, at least. With one at M=256, a run where 3 rows
 reached top-p's round 2 (each then serving its 37 splits in series) took 242.5 us for
-top_p=0.9; with 8, a run where 2 did took 196.6, one where none did 170.3 (one H200)."""
+top_p=0.9; with 8, a run where 2 did took 196.6, one where none did 170.3 (one H200).
+These two serve top-p's round 2, which the sampler's top-p calls skip when no row needs
+it (:mod:`.topp`); top-k's overflow writer runs on every call, so it uses the next two."""
+OVERFLOW_PROGRAMS = 128
+""":data:`IDLE_PROGRAMS` of top-k's overflow writer: one wave of 8-warp programs at M=64
+(its 229 registers fit one per SM). With (256, 8), 64 rows of top_k=50 took 43.8 us, with
+(128, 2) 41.5; at M=256 115.7 and 108.3 (one H200; benchmarks/NOTES.md)."""
+OVERFLOW_LEAST = 2
+""":data:`IDLE_LEAST` of top-k's overflow writer: a row all of whose 19 splits overflow
+(ties) is served in 10 turns."""
 
 
-def idle_programs(m: int, splits: int) -> int:
+def idle_programs(m: int, splits: int, total: int | None = None, least: int | None = None) -> int:
     """Programs per row of a writer that usually has nothing to do (top-k's overflow,
     top-p's round 2), each serving its share of the row's ``splits`` in turn: about
-    :data:`IDLE_PROGRAMS` in all, but never fewer than :data:`IDLE_LEAST` per row (all
-    ``splits`` if fewer), so a row that does need the writer waits for at most
-    ``ceil(splits / IDLE_LEAST)`` splits in series."""
-    return min(splits, max(IDLE_LEAST, IDLE_PROGRAMS // max(m, 1)))
+    ``total`` (:data:`IDLE_PROGRAMS`) in all, but never fewer than ``least``
+    (:data:`IDLE_LEAST`) per row (all ``splits`` if fewer), so a row that does need the
+    writer waits for at most ``ceil(splits / least)`` splits in series."""
+    total = IDLE_PROGRAMS if total is None else total
+    least = IDLE_LEAST if least is None else least
+    return min(splits, max(least, total // max(m, 1)))
 
 
 def _warps(elements: int, most: int) -> int:
@@ -81,4 +92,13 @@ class TopK(NamedTuple):
     final: int
 
 
-__all__ = ["IDLE_LEAST", "IDLE_PROGRAMS", "Geometry", "TopK", "idle_programs", "room"]
+__all__ = [
+    "IDLE_LEAST",
+    "IDLE_PROGRAMS",
+    "OVERFLOW_LEAST",
+    "OVERFLOW_PROGRAMS",
+    "Geometry",
+    "TopK",
+    "idle_programs",
+    "room",
+]
