@@ -5,7 +5,9 @@ none) cannot skip captured work on a device flag. :func:`capture_if` adds the no
 the capture in progress on the current stream:
 
 1. a one-thread kernel (NVRTC, via ``torch.cuda._compile_kernel``) sets the node's
-   handle from a ``bool [1]`` tensor on every replay (the handle resets to 0 first);
+   handle from a ``bool [1]`` tensor on every replay (the handle resets to 0 first).
+   The handle travels as two 32-bit kernel arguments (``_compile_kernel`` passes ints
+   as C ints), so no captured fill kernel has to store it on the device;
 2. the IF node joins the capture's dependencies, and the capture continues after it;
 3. ``body`` is captured into the node's child graph on a side stream; its allocations
    go to a memory pool kept alive by the caller (:class:`Conditional`), so no block the
@@ -29,9 +31,10 @@ _SOURCE = r"""
 typedef __device_builtin__ unsigned long long cudaGraphConditionalHandle;
 extern "C" __device__ __cudart_builtin__ void cudaGraphSetConditional(
     cudaGraphConditionalHandle handle, unsigned int value);
-extern "C" __global__ void logits_gather_set_if(const unsigned long long* handle,
+extern "C" __global__ void logits_gather_set_if(unsigned int low, unsigned int high,
                                                 const bool* flag) {
-  cudaGraphSetConditional(handle[0], flag[0] ? 1u : 0u);
+  cudaGraphConditionalHandle handle = ((unsigned long long)high << 32) | low;
+  cudaGraphSetConditional(handle, flag[0] ? 1u : 0u);
 }
 """
 _NODE_CONDITIONAL, _COND_IF, _ASSIGN_DEFAULT = 13, 0, 1
@@ -79,7 +82,7 @@ class Conditional:
         with torch.cuda.device(device):
             self.kernel = torch.cuda._compile_kernel(_SOURCE, "logits_gather_set_if")
         self.pool = torch.cuda.MemPool()
-        self._words: list[torch.Tensor] = []  # the handles' words, alive as long as this
+        self._depth = 0  # IF nodes being captured, one inside the other
 
     @staticmethod
     def problem(device: torch.device) -> str | None:
@@ -115,7 +118,8 @@ class Conditional:
         return graph, deps, n.value
 
     def capture_if(self, flag: torch.Tensor, body: Callable[[], None]) -> None:
-        """Captures ``body`` so that each replay runs it iff ``flag`` (bool ``[1]``) is True."""
+        """Captures ``body`` so that each replay runs it iff ``flag`` (bool ``[1]``) is True.
+        ``body`` may call this again: IF nodes nest."""
         parent = torch.cuda.current_stream(self.device)
         stream = parent.cuda_stream
         graph, _, _ = self._capture_info(stream)
@@ -123,10 +127,9 @@ class Conditional:
         self.drv("cuCtxGetCurrent", ctypes.byref(ctx))
         self.drv("cuGraphConditionalHandleCreate", ctypes.byref(handle), graph, ctx,
                  ctypes.c_uint(0), ctypes.c_uint(_ASSIGN_DEFAULT))  # fmt: skip
-        value = handle.value - (1 << 64) if handle.value >= 1 << 63 else handle.value
-        word = torch.full((1,), value, dtype=torch.int64, device=self.device)  # captured fill
-        self._words.append(word)
-        self.kernel(grid=(1, 1, 1), block=(1, 1, 1), args=[word, flag])
+        halves = [(handle.value >> shift) & 0xFFFFFFFF for shift in (0, 32)]
+        args = [h - (1 << 32) if h >= 1 << 31 else h for h in halves]  # as C ints
+        self.kernel(grid=(1, 1, 1), block=(1, 1, 1), args=[*args, flag])
         graph, deps, n = self._capture_info(stream)
         params = _NodeParams()
         params.type = _NODE_CONDITIONAL
@@ -153,11 +156,22 @@ class Conditional:
         self.drv("cuStreamBeginCaptureToGraph", ctypes.c_void_p(side.cuda_stream), child, None,
                  None, ctypes.c_size_t(0), ctypes.c_int(_THREAD_LOCAL))  # fmt: skip
         try:
-            with torch.cuda.stream(side), torch.cuda.use_mem_pool(self.pool, self.device):
-                body()
+            with torch.cuda.stream(side):
+                if self._depth:  # nested: this thread already allocates from the pool
+                    self._body(body)
+                else:
+                    with torch.cuda.use_mem_pool(self.pool, self.device):
+                        self._body(body)
         finally:
             out = ctypes.c_void_p()
             self.drv("cuStreamEndCapture", ctypes.c_void_p(side.cuda_stream), ctypes.byref(out))
+
+    def _body(self, body: Callable[[], None]) -> None:
+        self._depth += 1
+        try:
+            body()
+        finally:
+            self._depth -= 1
 
 
 __all__ = ["Conditional"]
