@@ -86,8 +86,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         "logprobs_n5": (f.k.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8}),
     }
     lam = torch.empty(m, dtype=torch.int32, device=device)
-    need = torch.empty(1, dtype=torch.bool, device=device)
-    head = (t, seed, p90, p90, gkey, lam, need)
+    topp_flags = torch.empty(2, dtype=torch.bool, device=device)  # need, more
+    head = (t, seed, p90, p90, gkey, lam, topp_flags)
     locals_["nucleus (top_p)"] = (f.n.nucleus_local, head, "nucleus", 0, (), nucleus)
     for name, (fn, head, op, room, tail, consts) in locals_.items():
         out[f"{name} local"] = _time(
@@ -119,6 +119,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         "sample_k50_p90_minp": lambda: f.sample_topk(x, t, seed, 50, p90, logmp),
         "sample_minp": lambda: f.sample_minp(x, t, seed, logmp),
         "sample_p90 (fused)": lambda: f.sample_topp(x, t, seed, p90, None),
+        "sample_p90 round 1": lambda: f.topp_rounds(x, t, seed, p90, None),
         "logprobs": lambda: f.logprobs(x, ids, 0),
         "logprobs_n5": lambda: f.logprobs(x, ids, 5),
         "scores (filter path)": lambda: f.scores(x, t, seed),

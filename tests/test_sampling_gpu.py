@@ -19,12 +19,14 @@ import torch
 
 from tests.dist import run_ranks
 from tests.gpu import (
+    SPILL_TOP_P,
     adversarial_logits,
     delay_random_rank,
     needs_gpu,
     placement_env,
     placements,
     rank_device,
+    spill_logits,
 )
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
@@ -139,6 +141,13 @@ def _eager(rank: int, world: int, seed: int, placement: str) -> str:
             got = sampler.sample(shard, temp, seeds, **f)
             want = reference.sample(full, temp, seeds, **f)
             assert torch.equal(got, want), f"{where} {f}: rows {(got != want).nonzero()}"
+        spill = spill_logits(m, n, world, dtype, dev)  # round 2 decides every row
+        ones = torch.ones(m, device=dev)
+        got = sampler.sample(spill[:, rank * n : (rank + 1) * n], ones, seeds, top_p=SPILL_TOP_P)
+        want = reference.sample(spill, ones, seeds, top_p=SPILL_TOP_P)
+        assert torch.equal(got, want), f"{where} round 2: rows {(got != want).nonzero()}"
+        flags = sampler._fused.topp_flags.tolist()
+        assert flags == [False, True], f"{where} round 2: (need, more) = {flags}"
         for top_n in (0, 1, 5, 20):
             got = sampler.logprobs(shard, ids, top_n=top_n)
             want = reference.logprobs(full, ids, top_n)
@@ -167,6 +176,9 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
     top_k = torch.empty(m, dtype=torch.int64, device=dev)
     top_p = torch.empty(m, device=dev)
     min_p = torch.empty(m, device=dev)
+    ones = torch.ones(m, device=dev)
+    spill = spill_logits(m, n, world, torch.bfloat16, dev)  # round 2 decides every row
+    spilled = spill[:, rank * n : (rank + 1) * n].contiguous()
 
     def fill(i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Fresh inputs. ``peaked``: the logits times 8, so top-p's candidates decide most
@@ -200,6 +212,7 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
             sampler.logprobs(shard, ids, 5),
             sampler.sample(peaked, temp, seeds, top_p=top_p, min_p=min_p),
             sampler.sample(shard, temp, seeds, top_k=40, top_p=top_p, min_p=min_p),
+            sampler.sample(spilled, ones, seeds, top_p=SPILL_TOP_P),  # the last top-p call
         )
 
     fill(0)
@@ -215,7 +228,11 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
         full, sharp = fill(i)
         delay_random_rank(rng, rank, world)
         graph.replay()
-        g, s, s20, sf, sp, smin, lp, speaked, skp = out
+        g, s, s20, sf, sp, smin, lp, speaked, skp, sspill = out
+        want = reference.sample(spill, ones, seeds, top_p=SPILL_TOP_P)
+        assert torch.equal(sspill, want), f"replay {i} top_p, round 2 in its IF node"
+        flags = sampler._fused.topp_flags.tolist()
+        assert flags == [False, True], f"replay {i} round 2: (need, more) = {flags}"
         want = reference.sample(full, temp, seeds, top_k=40, top_p=top_p, min_p=min_p)
         assert torch.equal(skp, want), f"replay {i} top_k=40 with top_p and min_p"
         want = reference.sample(sharp, temp, seeds, top_p=top_p, min_p=min_p)

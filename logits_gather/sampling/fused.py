@@ -67,6 +67,7 @@ class Fused:
         self.launch = Launcher(index)
         self._words: dict[tuple[str, int], int] = {}
         self.spilled: torch.Tensor | None = None  # the last top-p call's lam (diagnostics)
+        self.topp_flags: torch.Tensor | None = None  # and its (need, more)
 
     def geometry(self, op: str, room: int = 0) -> Geometry:
         """The geometry of ``op`` (``logprobs`` with ``room`` top-n slots)."""
@@ -142,6 +143,8 @@ class Fused:
     """Top-k, then min-p and top-p over the exact top-k set (:mod:`.fused_filters`)."""
     sample_topp = fused_filters.sample_topp
     """Top-p after min-p, ``(tokens, need)`` (:mod:`.fused_filters`)."""
+    topp_rounds = fused_filters.topp_rounds
+    """Top-p's round 1, and round 2 to launch when needed (:mod:`.fused_filters`)."""
 
     def scores(
         self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor

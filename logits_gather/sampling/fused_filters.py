@@ -5,6 +5,7 @@ exact top-k set, :mod:`.topk`) and top-p without top-k (:mod:`.nucleus`,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -85,34 +86,56 @@ def sample_topp(
     """Top-p (``p`` float64 ``[M]``), after min-p if ``log_min_p`` (fp32 ``[M]``):
     ``(tokens, need)``, tokens -1 where neither round could decide the nucleus and
     then ``need`` (bool ``[1]``) True (:mod:`.nucleus`, :mod:`.spill`). The rows
-    round 1 left to round 2 are those whose ``fused.spilled`` is not DONE."""
+    round 1 left to round 2 are those whose ``fused.spilled`` is not DONE. Both rounds
+    always run; :func:`topp_rounds` lets the caller skip round 2."""
+    out, flags, second = topp_rounds(fused, shard, t, seed, p, log_min_p)
+    second()
+    return out, flags[:1]
+
+
+def topp_rounds(
+    fused: Fused,
+    shard: torch.Tensor,
+    t: torch.Tensor,
+    seed: torch.Tensor,
+    p: torch.Tensor,
+    log_min_p: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
+    """:func:`sample_topp`'s round 1, launched: ``(tokens, flags, second)``. ``flags``
+    (bool ``[2]``) holds ``need`` and ``more``: some row is left to round 2 or ``need``
+    is set (every rank computes the same ``more``, so all may skip round 2 alike).
+    ``second()`` launches round 2; the tokens are final once it ran or ``more`` is
+    False. ``fused.topp_flags`` is the last call's ``flags`` (diagnostics)."""
     m, slots = shard.shape[0], fused.nucleus_slots
     gbest = fused.greedy(shard, key=True)
     mp = p if log_min_p is None else log_min_p
-    # need and lam are set by nucleus_local (False, DONE), not by fill kernels. lam starts
+    # flags and lam are set by nucleus_local (False, DONE), not by fill kernels. lam starts
     # DONE there: a harness that runs writers before the waiting kernels before them
     # (tests.emulated's warm) then has every rank skip every row alike in round 2.
-    need = torch.empty(1, dtype=torch.bool, device=shard.device)
+    flags = torch.empty(2, dtype=torch.bool, device=shard.device)
     lam = fused._new(shard, torch.int32)
-    head = (t, seed, p, mp, gbest, lam, need)
+    head = (t, seed, p, mp, gbest, lam, flags)
     consts = {"SLOTS": slots, "MINP": log_min_p is not None}
     mb = fused._local(fused.n.nucleus_local, shard, head, "nucleus", 0, (), consts)
     out = fused._new(shard)
     thr = fused._new(shard)
-    fused.spilled = lam
+    fused.spilled, fused.topp_flags = lam, flags
     lanes = _pow2(fused.narrow.c * slots)
     consts = {"SLOTS": slots, "LANES": lanes, "XBITS": xbits(shard.dtype)}
-    tail = (t, seed, p, gbest, out, need, lam, thr, fused.narrow.c)
+    tail = (t, seed, p, gbest, out, flags, lam, thr, fused.narrow.c)
     warps = _warps(lanes, FINAL_WARPS)
     fused._final(fused.n.nucleus_final, m, mb, tail, consts, warps, fused.narrow)
-    seen = fused._new(shard, torch.int32)
-    head = (t, lam, seen)
-    splits = fused.narrow.splits
-    mb = fused._local(fused.s.again_local, shard, head, "again", 0, (splits,), {"SLOTS": slots},
-                      programs=idle_programs(m, splits))  # fmt: skip
-    tail = (t, seed, seen, thr, gbest, out, need, fused.narrow.c)
-    fused._final(fused.s.again_final, m, mb, tail, consts, warps, fused.narrow)
-    return out, need
+
+    def second() -> None:
+        seen = fused._new(shard, torch.int32)
+        head = (t, lam, seen)
+        splits = fused.narrow.splits
+        mb = fused._local(fused.s.again_local, shard, head, "again", 0, (splits,),
+                          {"SLOTS": slots}, programs=idle_programs(m, splits))  # fmt: skip
+        tail = (t, seed, seen, thr, gbest, out, flags, fused.narrow.c)
+        fused._final(fused.s.again_final, m, mb, tail, consts, warps, fused.narrow)
+
+    return out, flags, second
 
 
-__all__ = ["FINAL_WARPS", "sample_topk", "sample_topp", "xbits"]
+__all__ = ["FINAL_WARPS", "sample_topk", "sample_topp", "topp_rounds", "xbits"]

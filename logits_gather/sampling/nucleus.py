@@ -150,13 +150,14 @@ def nucleus_local(
     MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """Also resets the call's flags, so that no fill kernel runs: ``lam`` to DONE (split 0
-    of each row; :func:`nucleus_final`, later in stream order, sets it) and ``need`` to
-    False (program ``(0, 0)``)."""
+    of each row; :func:`nucleus_final`, later in stream order, sets it) and both of
+    ``need_ptr``'s flags (``need``, ``more``) to False (program ``(0, 0)``)."""
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
     if tl.program_id(1) == 0:
         tl.store(lam_ptr + row, DONE)
         if row == 0:
             tl.store(need_ptr, 0)
+            tl.store(need_ptr + 1, 0)
     t = tl.load(t_ptr + row)
     te = tl.where(t > 0.0, t, 1.0)
     smax = tl.math.div_rn(value(tl.load(gbest_ptr + row)), te)
@@ -199,7 +200,8 @@ def nucleus_final(
 ):  # fmt: skip
     """The token of every decided row, and ``lam`` = DONE; for the others, -1 and the
     second round's level ``lam`` and ``thr`` (:mod:`.spill`), or ``need`` set when the
-    candidates' mass never reaches ``thr``."""
+    candidates' mass never reaches ``thr``; for either, ``more`` (``need_ptr + 1``) set:
+    a caller may skip round 2 when it is not (:mod:`.topp`)."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         _nucleus_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
@@ -252,6 +254,7 @@ def _nucleus_row(
                 # The candidates' own mass reaches thr from lam up, so tau >= lam: the
                 # second round gathers every element at or above it.
                 tok = tl.full((), -1, tl.int64)
+                tl.store(need_ptr + 1, 1)
                 qa = tl.where(valid, _mass(s, smax), 0)
                 if tl.sum(qa, 0) >= thr:
                     lo = tl.min(tl.where(valid, u, 1 << 32), 0)

@@ -17,6 +17,10 @@ the flag too when some row has ``64 < k < V``, which the fused top-k cannot serv
   through the driver API: torch 2.11's ``CUDAGraph`` has no IF nodes; CUDA >= 12.4).
   Without them, the fallback is captured unconditionally (exact, about 1.4 ms per
   replay at M=64; logged once).
+- Top-p without top-k also skips its round 2 when round 1 decided every row (a second
+  flag, ``more``): eagerly, the same one host sync reads both flags (a call that runs
+  round 2 reads ``need`` again after it); under capture, round 2 and the fallback's IF
+  node sit inside an IF node on ``more``.
 
 A sampler's first eager call of each kind runs the fallback whatever the flag says, so its
 kernels are compiled and loaded before a capture needs them (every eager call builds
@@ -26,6 +30,7 @@ the fallback's exchanges for its row count: capture cannot build them).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -75,8 +80,8 @@ def sample(
     p = rows(p, m, torch.float64, dev)
     mp = rows(mp, m, torch.float32, dev)
     logmp = None if mp is None else torch.log(mp).view(m)
-    out, need = sampler._fused.sample_topp(shard, t.view(m), seeds, p.view(m), logmp)
-    return _finish(sampler, "top_p", (shard, t, seeds, None, p, mp), out, need)
+    out, flags, second = sampler._fused.topp_rounds(shard, t.view(m), seeds, p.view(m), logmp)
+    return _finish(sampler, "top_p", (shard, t, seeds, None, p, mp), out, flags, second)
 
 
 def sample_rows_k(
@@ -116,24 +121,49 @@ def sample_rows_k(
 
 
 def _finish(
-    sampler: Any, kind: str, call: tuple, out: torch.Tensor, need: torch.Tensor
+    sampler: Any,
+    kind: str,
+    call: tuple,
+    out: torch.Tensor,
+    need: torch.Tensor,
+    second: Callable[[], None] | None = None,
 ) -> torch.Tensor:
     """``out``, recomputed by the exact fallback (``filters.sample(sampler, *call)``) when
-    ``need``: eagerly after reading the flag (and on a sampler's first call of each
-    ``kind``), in an IF node under capture."""
+    ``need`` (bool ``[1]``): eagerly after reading the flag (and on a sampler's first
+    call of each ``kind``), in an IF node under capture. With ``second`` (top-p's round
+    2, :func:`.fused_filters.topp_rounds`), ``need`` is bool ``[2]``: ``need``, then
+    ``more``, and round 2 runs only when ``more``: eagerly after one read of both flags,
+    or in an IF node around it and the fallback's IF node."""
     m, dev = call[0].shape[0], sampler.device
+    flag = need[:1]
 
     def fallback() -> None:
         out.copy_(filters.sample(sampler, *call))
 
+    def rest() -> None:  # under capture: round 2, then the fallback if still needed
+        second()
+        sampler._topp_if.capture_if(flag, fallback)
+
     if not exchange._capturing(dev):
         _prepare(sampler, m)
-        if kind not in sampler._fallback_warm or bool(need.item()):
+        if kind not in sampler._fallback_warm:  # compiles and loads everything once
             sampler._fallback_warm.add(kind)
+            if second is not None:
+                second()
             fallback()
+        elif second is None:
+            if bool(flag.item()):
+                fallback()
+        elif need.tolist()[1]:  # one host sync for both flags
+            second()
+            if bool(flag.item()):
+                fallback()
         return out
     if sampler._topp_if:
-        sampler._topp_if.capture_if(need, fallback)
+        if second is None:
+            sampler._topp_if.capture_if(flag, fallback)
+        else:
+            sampler._topp_if.capture_if(need[1:], rest)
         return out
     if not _warned:
         _warned.append(True)
@@ -143,7 +173,7 @@ def _finish(
             "capture): the exact fallback runs every replay",
             kind,
         )
-    fallback()
+    fallback()  # recomputes every row: round 2 is not needed
     return out
 
 
