@@ -28,8 +28,11 @@ row's mass there). So round 2 gathers every kept element at or above ``lam``:
   Else the token stays -1 and ``need`` is set: the caller's exact fallback
   (:mod:`.topp`).
 
-Both kernels run on every top-p call; when round 1 decided every row, they exit at
-once. ``lam`` starts DONE: :func:`.nucleus.nucleus_local` sets it so for every row.
+The sampler's top-p calls launch both kernels only when round 1 raised ``more`` (some
+row left to this round, :mod:`.topp`); with a per-row ``top_k`` (and in
+:func:`.fused_filters.sample_topp`) they run on every call, and when round 1 decided
+every row they exit at once. ``lam`` starts DONE: :func:`.nucleus.nucleus_local` sets
+it so for every row.
 """
 
 from __future__ import annotations
