@@ -145,11 +145,10 @@ def spill_logits(m: int, n: int, world: int, dtype: torch.dtype, dev: torch.devi
     ``top_p`` = :data:`SPILL_TOP_P`; ``n >= 2118`` columns per rank, ``world >= 2``).
     Rank 0's first split holds 40 values in (9.5, 10], its second 35 in (9.0, 9.5] and 35
     in (8.5, 9.0], too many for its candidate slots (55 to 64): it leaves out 9.0 and
-    below. The
-    last rank's first split holds 20 values in (8.5, 9.0], all sent. The candidates
-    above 9.0 carry 74.9% of the mass, all of them 84.1%: round 2 gathers everything at
-    or above 8.9375 (45 elements of rank 0's second split) and decides. Every other
-    logit is -20 (no mass). Values step by 1/16, exact in every dtype."""
+    below. The last rank's first split holds 20 values in (8.5, 9.0], all sent. The
+    candidates above 9.0 carry 74.9% of the mass, all of them 84.1%: round 2 gathers
+    everything at or above 8.9375 (45 elements of rank 0's second split) and decides.
+    Every other logit is -20 (no mass). Values step by 1/16, exact in every dtype."""
     steps = 0.0625 * (torch.arange(60, device=dev) % 8)
     x = torch.full((m, n * world), -20.0, device=dev)
     x[:, :40] = 10.0 - steps[:40]
