@@ -41,6 +41,7 @@ class Mailbox:
         self.parity_stride = capacity * self.row_elems
         world = dist.get_world_size(group)
         rank = dist.get_rank(group)
+        self.world = world
         numel = 2 * self.parity_stride
         self._handle = None
         data, failure = None, None
@@ -101,8 +102,9 @@ class Mailbox:
             )
             raise PeerTimeoutError(
                 f"logits_gather.sampling timed out waiting for a peer's values (CTA {cta} saw "
-                f"epoch {seen}, needed {target}): a peer rank is dead, stalled, or made "
-                f"different sampling calls; {after}"
+                f"epoch {seen}, needed {target}, in the mailbox of {self.words // self.world} "
+                f"words per rank and row): a peer rank is dead, stalled, or made different "
+                f"sampling calls; {after}"
             )
 
 

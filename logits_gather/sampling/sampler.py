@@ -120,9 +120,13 @@ class VocabParallelSampler:
         return self._boxes.get(words, rows, self.capacity)
 
     def check(self) -> None:
-        """Raises :class:`~logits_gather.PeerTimeoutError` if a fused kernel timed out
-        waiting for a peer (with ``on_timeout="trap"`` the kernel also aborted)."""
+        """Raises :class:`~logits_gather.PeerTimeoutError` if a fused kernel, or an
+        exchange of the torch-ops path (the fallback's too), timed out waiting for a peer
+        (with ``on_timeout="trap"`` the kernel also aborted). It reads the kernels' status
+        blocks without synchronizing: call it after the work it should judge is done."""
         self._boxes.check()
+        for ex in self._exchanges.values():
+            ex.gather.check(synchronize=False)
 
     def _exchange(self, width: int, rows: int) -> exchange.Exchange:
         ex = self._exchanges.get(width)
