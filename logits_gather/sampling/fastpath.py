@@ -113,6 +113,34 @@ def fast_path_problem(
     return None, (None if sharing == 1 else max(1, symmetric.max_ctas(infos) // 2))
 
 
+LOADING_ENV = "CUDA_MODULE_LOADING"
+
+
+def sharing_barrier(group: dist.ProcessGroup | None) -> Any:
+    """The barrier that ranks sharing a GPU run before each fused kernel's first launch
+    (:class:`.launcher.Launcher`): a host-side one (such groups are gloo: NCCL refuses
+    two ranks on one GPU). Warns once when CUDA loads modules lazily (the default):
+    torch's own kernels then load on first use, and a first use while a peer's kernel
+    waits on the shared GPU can stall until the wait times out."""
+    if os.environ.get(LOADING_ENV, "") != "EAGER" and not _warned_lazy:
+        _warned_lazy.append(True)
+        log.warning(
+            "VocabParallelSampler: ranks share a GPU and %s is not EAGER: a kernel loaded "
+            "on first use while a peer's kernel waits can stall until the timeout; set "
+            "%s=EAGER in every rank's environment",
+            LOADING_ENV,
+            LOADING_ENV,
+        )
+
+    def barrier() -> None:
+        dist.barrier(group=group)
+
+    return barrier
+
+
+_warned_lazy: list[bool] = []
+
+
 def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool]:
     """``(Fused or None, fused top-k, fused per-row top-k)`` for ``sampler`` (its group,
     device, columns, capacity, rank and world size); builds the first mailboxes.
@@ -134,6 +162,7 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool
             trap,
             wait_ctas,
             device.index,
+            None if wait_ctas is None else sharing_barrier(sampler.group),
         )
         for op in ("greedy", "sample"):
             sampler._box(f.words(op), sampler.capacity)

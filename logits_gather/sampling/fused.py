@@ -20,6 +20,7 @@ final kernel scores every split's candidate slots, so fewer splits serve it bett
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -40,7 +41,8 @@ class Fused:
     """Launch geometries of one sampler (``columns`` per rank, ``world`` ranks) and its
     launches. ``box(words, rows)`` returns the mailbox for rows of ``words`` words per
     rank (collective when it has to build one); ``wait_ctas`` bounds the waiting
-    kernels' grids; ``index`` is the CUDA device the launches go to."""
+    kernels' grids; ``index`` is the CUDA device the launches go to; ``barrier`` (ranks
+    that share a GPU) runs before each kernel variant's first launch (:class:`.Launcher`)."""
 
     def __init__(
         self,
@@ -51,6 +53,7 @@ class Fused:
         trap: bool,
         wait_ctas: int | None = None,
         index: int | None = None,
+        barrier: Callable[[], None] | None = None,
     ) -> None:
         from . import finals, kernels, nucleus, spill, topk
 
@@ -64,7 +67,7 @@ class Fused:
         self.box = box
         self.trap = trap
         self.wait_ctas = wait_ctas
-        self.launch = Launcher(index)
+        self.launch = Launcher(index, barrier)
         self._words: dict[tuple[str, int], int] = {}
         self.spilled: torch.Tensor | None = None  # the last top-p call's lam (diagnostics)
         self.topp_flags: torch.Tensor | None = None  # and its (need, more)

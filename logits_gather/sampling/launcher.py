@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,13 +32,23 @@ class Launcher:
     specialisation key Triton uses, then launched through its C launcher directly
     (through ``CompiledKernel.run`` when the kernel needs scratch memory). Any failure
     of the cached route falls back to the JIT for good (logged once). Launches go to the
-    sampler's device and its current stream, whatever the caller's current device."""
+    sampler's device and its current stream, whatever the caller's current device.
 
-    def __init__(self, index: int | None = None) -> None:
+    ``barrier`` (ranks that share a GPU, :func:`.fastpath.decide`): a host-side
+    collective run once per kernel variant, after this rank has compiled and loaded it
+    and before its first launch. Loading a module waits for the GPU to drain; on a shared
+    GPU that includes a peer's waiting kernel, which may be waiting for a writer this
+    rank launches only after the load, so without the barrier the first calls can stall
+    until the wait times out. The variant is named by what every rank shares (the kernel,
+    ``grid[1]``, warps and constexprs), so every rank makes the same barrier calls."""
+
+    def __init__(self, index: int | None = None, barrier: Callable[[], None] | None = None) -> None:
         self._cache: dict[tuple, tuple] = {}  # kernels stay alive: they are module globals
         self._jit_only = os.environ.get(JIT_ENV) == "1"
         self._index = index
         self._stream: Any = None
+        self._barrier = barrier
+        self._loaded: set[tuple] = set()  # variants past the barrier
 
     def __call__(
         self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
@@ -73,9 +84,28 @@ class Launcher:
                     exc_info=True,
                 )
                 self._jit_only = True
+        if self._barrier is not None:
+            self._load(fn, grid, args, consts, warps)
         ck = fn[grid](*args, **consts, num_warps=warps)
         if not self._jit_only and ck is not None and hasattr(ck, "run"):
             self._cache[key] = self._entry(ck)
+
+    def _load(
+        self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
+    ) -> None:
+        """Compiles and loads a new variant without launching it, then runs the barrier."""
+        variant = (id(fn), grid[1], warps, tuple(consts.items()))
+        if variant in self._loaded:
+            return
+        self._loaded.add(variant)
+        try:
+            ck = fn.warmup(*args, grid=grid, **consts, num_warps=warps)
+            init = getattr(ck, "_init_handles", None)
+            if init is not None:
+                init()
+        except Exception:  # noqa: BLE001 - the launch below raises it; peers need the barrier
+            log.warning("logits_gather.sampling: compiling %s ahead failed", fn, exc_info=True)
+        self._barrier()  # on every rank, whatever happened above
 
     def _entry(self, ck: Any) -> tuple:
         """``(launch, arguments before the kernel's)`` for a compiled kernel: its C

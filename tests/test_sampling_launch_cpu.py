@@ -1,0 +1,119 @@
+"""The sampler's launch rules that need no GPU: the barrier before each fused kernel
+variant's first launch (ranks sharing a GPU), and ``check()`` covering every exchange."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from tests.dist import run_ranks
+
+
+class _Compiled:
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def _init_handles(self) -> None:
+        self.log.append("load")
+
+
+class _Kernel:
+    """Stands in for a Triton JITFunction: records compiles, loads and launches."""
+
+    def __init__(self, name: str, log: list) -> None:
+        self.name, self.log = name, log
+
+    def warmup(self, *args, grid, num_warps, **consts):
+        self.log.append(("compile", self.name, grid, num_warps, consts))
+        return _Compiled(self.log)
+
+    def __getitem__(self, grid):
+        def launch(*args, num_warps, **consts):
+            self.log.append(("launch", self.name, grid, args))
+
+        return launch
+
+
+def test_barrier_after_load_before_first_launch() -> None:
+    """Each variant (kernel, grid[1], warps, constexprs) is compiled and loaded, then the
+    barrier runs, then it launches; later launches of the variant skip all three, whatever
+    their rows or int arguments (a rank's own offset differs across ranks: the barrier
+    calls must not)."""
+    from logits_gather.sampling.launcher import Launcher
+
+    log: list = []
+    launch = Launcher(None, barrier=lambda: log.append("barrier"))
+    a, b = _Kernel("a", log), _Kernel("b", log)
+    launch(a, (4, 3), (0, 7), {"K": 1}, 4)
+    assert log == [
+        ("compile", "a", (4, 3), 4, {"K": 1}),
+        "load",
+        "barrier",
+        ("launch", "a", (4, 3), (0, 7)),
+    ]
+    log.clear()
+    launch(a, (9, 3), (195, 7), {"K": 1}, 4)  # other rows, another rank's offset
+    assert log == [("launch", "a", (9, 3), (195, 7))]
+    log.clear()
+    launch(a, (4, 2), (0,), {"K": 1}, 4)  # other programs per row
+    launch(a, (4, 3), (0,), {"K": 2}, 4)  # other constexprs
+    launch(a, (4, 3), (0,), {"K": 1}, 8)  # other warps
+    launch(b, (4, 3), (0,), {"K": 1}, 4)  # another kernel
+    assert log.count("barrier") == 4 and log.count("load") == 4
+    assert [e for e in log if isinstance(e, str)] == ["load", "barrier"] * 4
+    log.clear()
+    Launcher(None)(a, (4, 3), (0,), {"K": 1}, 4)  # no barrier: no compile-only step
+    assert log == [("launch", "a", (4, 3), (0,))]
+    log.clear()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("compile error")
+
+    a.warmup = broken  # a failed compile still reaches the barrier (peers wait in it)
+    launch(a, (4, 3), (0,), {"K": 3}, 4)
+    assert log == ["barrier", ("launch", "a", (4, 3), (0,))]
+
+
+def test_sharing_barrier_warns_once_about_lazy_loading(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from logits_gather.sampling import fastpath
+
+    monkeypatch.setattr(fastpath, "_warned_lazy", [])
+    monkeypatch.setenv(fastpath.LOADING_ENV, "EAGER")
+    with caplog.at_level(logging.WARNING, logger=fastpath.__name__):
+        assert callable(fastpath.sharing_barrier(None))
+    assert not caplog.records
+    monkeypatch.setenv(fastpath.LOADING_ENV, "LAZY")
+    with caplog.at_level(logging.WARNING, logger=fastpath.__name__):
+        fastpath.sharing_barrier(None)
+        fastpath.sharing_barrier(None)
+    assert len(caplog.records) == 1
+    assert "CUDA_MODULE_LOADING=EAGER" in caplog.records[0].getMessage()
+
+
+def _check_covers_exchanges(rank: int, world: int) -> str:
+    from logits_gather import PeerTimeoutError, sampling
+
+    n = 16
+    sampler = sampling.VocabParallelSampler(n, 4, backend="torch.distributed")
+    shard = torch.randn(3, n)
+    sampler.greedy(shard)
+    sampler.check()  # nothing timed out
+    exchanges = list(sampler._exchanges.values())
+    assert exchanges
+    for ex in exchanges:  # each of them alone makes check() raise
+        ex.gather._failed = "timed out waiting for rank 1 (test)"
+        with pytest.raises(PeerTimeoutError, match=r"rank 1 \(test\)"):
+            sampler.check()
+        ex.gather._failed = None
+    sampler.check()
+    return "ok"
+
+
+def test_check_covers_exchanges() -> None:
+    """A timeout in an exchange of the torch-ops path (the fallback's) makes the sampler's
+    ``check()`` raise, as a fused kernel's does."""
+    assert run_ranks(_check_covers_exchanges, 1) == ["ok"]
