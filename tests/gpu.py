@@ -25,7 +25,10 @@ needs_gpu = pytest.mark.skipif(
     not (torch.cuda.is_available() and _has_triton()), reason="needs a CUDA GPU and Triton"
 )
 
-COLOCATE_ENV = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"}
+COLOCATE_ENV = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "CUDA_MODULE_LOADING": "EAGER"}
+"""Ranks that share a GPU: symmetric memory across processes on one device, and torch's
+kernels loaded at start. Loaded lazily, a kernel's first use waits for the GPU to drain,
+a peer's kernel that waits for this rank included (``logits_gather.sampling.fastpath``)."""
 PLACEMENTS = ("one-gpu", "per-gpu", "spread")
 
 

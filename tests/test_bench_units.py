@@ -29,6 +29,7 @@ def test_placement() -> None:
     assert (p.mode, p.pg_backend, p.gpus_used, p.ranks_per_gpu) == ("spread", "gloo", 2, 4)
     assert [p.device(r).index for r in range(8)] == [0, 1] * 4  # rank r on GPU r % G
     assert "latency-only" in p.tag and plan.rank_env(p)[plan.OVERLAP_ENV] == "1"
+    assert plan.rank_env(p)[plan.LOADING_ENV] == "EAGER"
     p = _plan(["--ranks-per-gpu", "2"], gpus=2)  # tp defaults to GPUs x R
     assert (p.tp, p.mode) == (4, "spread")
     p = _plan(["--tp", "4", "--colocate"], gpus=2)
@@ -36,6 +37,7 @@ def test_placement() -> None:
     assert {p.device(r).index for r in range(4)} == {0}
     assert _plan([], gpus=1).mode == "colocated" and _plan([], gpus=0).mode == "cpu"
     assert plan.OVERLAP_ENV not in plan.rank_env(_plan(["--tp", "2"], gpus=2))
+    assert plan.LOADING_ENV not in plan.rank_env(_plan(["--tp", "2"], gpus=2))
     p = _plan(
         ["--tp", "4", "--ranks-per-gpu", "2"],
         gpus=2,

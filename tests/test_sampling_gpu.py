@@ -148,6 +148,8 @@ def _eager(rank: int, world: int, seed: int, placement: str) -> str:
         assert torch.equal(got, want), f"{where} round 2: rows {(got != want).nonzero()}"
         flags = sampler._fused.topp_flags.tolist()
         assert flags == [False, True], f"{where} round 2: (need, more) = {flags}"
+        torch.cuda.synchronize()
+        sampler.check()  # a wait that timed out gave up: its call's result is wrong
         for top_n in (0, 1, 5, 20):
             got = sampler.logprobs(shard, ids, top_n=top_n)
             want = reference.logprobs(full, ids, top_n)
@@ -218,6 +220,7 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
     fill(0)
     step()  # builds every exchange this graph uses (collective), outside capture
     torch.cuda.synchronize()
+    sampler.check()  # the first calls load every kernel: none may have timed out
     assert sampler._topp_if, "no CUDA graph IF node for top-p's fallback (see the INFO log)"
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -137,9 +137,16 @@ def _done(cfg: Config, plan: Plan) -> Plan:
     return plan
 
 
+LOADING_ENV = "CUDA_MODULE_LOADING"
+
+
 def rank_env(plan: Plan) -> dict[str, str]:
-    """Environment every rank needs before torch.distributed or CUDA start."""
+    """Environment every rank needs before torch.distributed or CUDA start. Ranks that
+    share a GPU also load every CUDA kernel at start: a kernel loaded on first use waits
+    for the GPU to drain, and on a shared GPU that includes a peer's kernel waiting for
+    this rank (``logits_gather.sampling.fastpath.sharing_barrier``)."""
     env = dict(NVLS_OFF)
     if plan.shared:
         env[OVERLAP_ENV] = "1"
+        env[LOADING_ENV] = "EAGER"
     return env

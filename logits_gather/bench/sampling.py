@@ -388,6 +388,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.vocab % world:
         p.error(f"--vocab {args.vocab} is not divisible by --world-size {world}")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if gpu and gpus < world:  # ranks share a GPU: kernels loaded at start (plan.rank_env)
+        os.environ["CUDA_MODULE_LOADING"] = "EAGER"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
