@@ -7,7 +7,10 @@ calls that always run it (``Fused.sample_topp``), on rows round 1 decides, rows 
 round 2 decides (``tests.gpu.spill_logits``) and rows neither decides. It checks every
 decided token against :mod:`.reference`, ``need`` iff a row is undecided, and
 ``(need, more) = (False, True)`` on the round-2 rows: the mailboxes' epochs stay in step
-whichever calls skip the round. Exit status 1 on a failure.
+whichever calls skip the round. Every rank's launcher runs the barrier that ranks
+sharing a GPU use before a kernel variant's first launch (:mod:`.launcher`), so the
+ranks must make the same barrier calls (a mismatch breaks the barrier and fails the
+run). Exit status 1 on a failure.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ CPU = torch.device("cpu")
 WORLD, N, M = 2, 4099, 5
 
 
-def _ranks() -> list[fused.Fused]:
+def _ranks(launch_lock: threading.Lock) -> list[fused.Fused]:
     lock, boxes = threading.Lock(), {}
 
     def box_for(rank: int):
@@ -53,6 +56,17 @@ def _ranks() -> list[fused.Fused]:
             barrier.wait()
 
         f._final = deferred
+    launches = threading.Barrier(WORLD, timeout=300)  # the shared-GPU launch barrier:
+
+    def meet() -> None:  # every rank must make the same barrier calls, skipped rounds or not
+        launch_lock.release()  # held by this rank's launch (the harness runs one at a time)
+        try:
+            launches.wait()
+        finally:
+            launch_lock.acquire()
+
+    for f in fs:
+        f.launch._barrier = meet
     return fs
 
 
@@ -67,8 +81,8 @@ def _call(f: fused.Fused, always: bool, shard, t, seeds, p) -> tuple[torch.Tenso
 
 
 def main() -> int:
-    runpy.run_path("scripts/sampling-interpret-check.py", run_name="lib")  # its patches
-    fs, fails = _ranks(), 0
+    lib = runpy.run_path("scripts/sampling-interpret-check.py", run_name="lib")  # its patches
+    fs, fails = _ranks(lib["_LOCK"]), 0
     gen = torch.Generator().manual_seed(5)
     spill, ones = spill_logits(M, N, WORLD, torch.bfloat16, CPU), torch.ones(M)
     for it in range(3):
