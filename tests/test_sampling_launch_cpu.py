@@ -84,14 +84,35 @@ def test_sharing_barrier_warns_once_about_lazy_loading(
     monkeypatch.setattr(fastpath, "_warned_lazy", [])
     monkeypatch.setenv(fastpath.LOADING_ENV, "EAGER")
     with caplog.at_level(logging.WARNING, logger=fastpath.__name__):
-        assert callable(fastpath.sharing_barrier(None))
+        assert callable(fastpath.sharing_barrier(None, 1.0))
     assert not caplog.records
     monkeypatch.setenv(fastpath.LOADING_ENV, "LAZY")
     with caplog.at_level(logging.WARNING, logger=fastpath.__name__):
-        fastpath.sharing_barrier(None)
-        fastpath.sharing_barrier(None)
+        fastpath.sharing_barrier(None, 1.0)
+        fastpath.sharing_barrier(None, 1.0)
     assert len(caplog.records) == 1
     assert "CUDA_MODULE_LOADING=EAGER" in caplog.records[0].getMessage()
+
+
+def _dead_peer(rank: int, world: int) -> str:
+    import time
+
+    from logits_gather.sampling import fastpath
+
+    barrier = fastpath.sharing_barrier(None, 1.0)
+    barrier()  # both ranks arrive
+    if rank == 1:
+        time.sleep(4)  # stalled: never reaches the second barrier in time
+        return "stalled"
+    with pytest.raises(RuntimeError, match="Ranks 1 failed to pass"):
+        barrier()  # raised before the peer arrives (it would pass the barrier then)
+    return "raised"
+
+
+def test_sharing_barrier_names_a_dead_peer() -> None:
+    """The shared-GPU launch barrier is gloo's monitored barrier: a peer that never
+    arrives is named after ``timeout_s`` instead of hanging the first calls."""
+    assert run_ranks(_dead_peer, 2) == ["raised", "stalled"]
 
 
 def _check_covers_exchanges(rank: int, world: int) -> str:

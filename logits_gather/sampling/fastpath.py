@@ -9,6 +9,7 @@ unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=0`` (the same on every rank).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import os
 from typing import Any
@@ -116,12 +117,14 @@ def fast_path_problem(
 LOADING_ENV = "CUDA_MODULE_LOADING"
 
 
-def sharing_barrier(group: dist.ProcessGroup | None) -> Any:
+def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
     """The barrier that ranks sharing a GPU run before each fused kernel's first launch
     (:class:`.launcher.Launcher`): a host-side one (such groups are gloo: NCCL refuses
-    two ranks on one GPU). Warns once when CUDA loads modules lazily (the default):
-    torch's own kernels then load on first use, and a first use while a peer's kernel
-    waits on the shared GPU can stall until the wait times out."""
+    two ranks on one GPU), gloo's monitored barrier, which raises after ``timeout_s``
+    naming the ranks that did not arrive (a dead peer). Warns once when CUDA loads
+    modules lazily (the default): torch's own kernels then load on first use, and a
+    first use while a peer's kernel waits on the shared GPU can stall until the wait
+    times out."""
     if os.environ.get(LOADING_ENV, "") != "EAGER" and not _warned_lazy:
         _warned_lazy.append(True)
         log.warning(
@@ -132,8 +135,13 @@ def sharing_barrier(group: dist.ProcessGroup | None) -> Any:
             LOADING_ENV,
         )
 
+    timeout = datetime.timedelta(seconds=timeout_s)
+
     def barrier() -> None:
-        dist.barrier(group=group)
+        if dist.get_backend(group) == "gloo":
+            dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=True)
+        else:
+            dist.barrier(group=group)
 
     return barrier
 
@@ -162,7 +170,7 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool
             trap,
             wait_ctas,
             device.index,
-            None if wait_ctas is None else sharing_barrier(sampler.group),
+            None if wait_ctas is None else sharing_barrier(sampler.group, sampler.timeout_s),
         )
         for op in ("greedy", "sample"):
             sampler._box(f.words(op), sampler.capacity)
