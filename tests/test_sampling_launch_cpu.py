@@ -99,7 +99,8 @@ def _dead_peer(rank: int, world: int) -> str:
 
     from logits_gather.sampling import fastpath
 
-    barrier = fastpath.sharing_barrier(None, 1.0)
+    fastpath.COMPILE_S = 1.0  # this process's copy only
+    barrier = fastpath.sharing_barrier(None, 0.5)
     barrier()  # both ranks arrive
     if rank == 1:
         time.sleep(4)  # stalled: never reaches the second barrier in time
@@ -111,7 +112,8 @@ def _dead_peer(rank: int, world: int) -> str:
 
 def test_sharing_barrier_names_a_dead_peer() -> None:
     """The shared-GPU launch barrier is gloo's monitored barrier: a peer that never
-    arrives is named after ``timeout_s`` instead of hanging the first calls."""
+    arrives is named after ``max(timeout_s, COMPILE_S)`` instead of hanging the first
+    calls."""
     assert run_ranks(_dead_peer, 2) == ["raised", "stalled"]
 
 

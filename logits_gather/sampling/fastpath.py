@@ -115,13 +115,17 @@ def fast_path_problem(
 
 
 LOADING_ENV = "CUDA_MODULE_LOADING"
+COMPILE_S = 300.0
+"""The shortest wait of the shared-GPU launch barrier: a peer compiles the kernel first
+(0.1-2 s per kernel on one CPU core; far more on a loaded machine)."""
 
 
 def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
     """The barrier that ranks sharing a GPU run before each fused kernel's first launch
     (:class:`.launcher.Launcher`): a host-side one (such groups are gloo: NCCL refuses
     two ranks on one GPU), gloo's monitored barrier, which raises after ``timeout_s``
-    naming the ranks that did not arrive (a dead peer). Warns once when CUDA loads
+    (at least :data:`COMPILE_S`: a live peer may still be compiling the kernel) naming
+    the ranks that did not arrive. Warns once when CUDA loads
     modules lazily (the default): torch's own kernels then load on first use, and a
     first use while a peer's kernel waits on the shared GPU can stall until the wait
     times out."""
@@ -135,7 +139,7 @@ def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
             LOADING_ENV,
         )
 
-    timeout = datetime.timedelta(seconds=timeout_s)
+    timeout = datetime.timedelta(seconds=max(timeout_s, COMPILE_S))
 
     def barrier() -> None:
         if dist.get_backend(group) == "gloo":
