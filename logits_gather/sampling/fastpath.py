@@ -118,6 +118,7 @@ LOADING_ENV = "CUDA_MODULE_LOADING"
 COMPILE_S = 300.0
 """The shortest wait of the shared-GPU launch barrier: a peer compiles the kernel first
 (0.1-2 s per kernel on one CPU core; far more on a loaded machine)."""
+_warned_lazy: list[bool] = []  # the lazy-loading warning, once per process
 
 
 def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
@@ -148,9 +149,6 @@ def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
             dist.barrier(group=group)
 
     return barrier
-
-
-_warned_lazy: list[bool] = []
 
 
 def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool]:
