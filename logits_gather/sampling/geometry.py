@@ -50,7 +50,9 @@ def _warps(elements: int, most: int) -> int:
     most one thread per element. With more threads than elements Triton replicates each
     element across threads: with the top-k final kernel so replicated, emulated tp 4 and
     8 runs returned wrong top_k = 1 and 2 tokens on one rank (14 in 3868 top_k=2 calls at
-    tp=4), and none without replication (benchmarks/NOTES.md)."""
+    tp=4), and none without replication (benchmarks/NOTES.md). Those candidates are
+    polled words: the likely cause is the race of :mod:`.ll`'s "Replicated polls", which
+    its waits now close; the rule stays until a GPU run shows the waits alone suffice."""
     return max(1, min(most, elements // 32))
 
 

@@ -33,6 +33,17 @@ So B has consumed use ``E`` before anyone overwrites that parity.
 Waiting kernels wait only for writers launched earlier on other ranks' streams,
 which never wait themselves, so no co-residency is needed; their grids are bounded
 when ranks share a GPU (see :func:`.fastpath.fast_path_problem`).
+Replicated polls: a poll over fewer words than the CTA has threads (the finals' small
+``[CAND]`` head vectors) is replicated by Triton, each word loaded by several warps at
+different moments, so one warp's copy can still hold the previous use's words when the
+block-wide readiness test, which combines copies through shared memory, already
+passes. Triton treats the copies as one value, so later layout conversions may take
+the stale one: a rank then decides a row from stale words and its peers wait for rows
+it skipped (what session 10's traces point to, ``benchmarks/NOTES.md``). So after the test passes,
+every thread of a multi-warp reader crosses a CTA barrier and loads its words again:
+each word was by then seen complete by some thread, and nobody rewrites it before this
+reader is done. One warp loads its copies in one instruction and skips the reload.
+
 A wait that outlasts ``timeout_us`` records ``[code, cta, seen, target]`` in the
 mailbox's pinned status block and traps (``TRAP``) or gives up (see
 :meth:`.mailbox.Mailbox.check`).
@@ -155,6 +166,37 @@ def _ready(lo, hi, mask, ep):
 
 
 @triton.jit
+def _give_up(lo, mask, ep, status, TRAP: tl.constexpr):
+    """Records a timed-out wait (the lowest epoch seen) in the status block, then traps
+    or returns."""
+    seen = tl.min(tl.where(mask, lo >> 32, ep.to(tl.int64)))
+    where = status.to(tl.pointer_type(tl.int32))
+    _timed_out(where, TIMEOUT_IN_SAMPLING, seen.to(tl.int32), ep, TRAP)
+
+
+@triton.jit
+def _spin(at, mask, ep, timeout_us, status, THREADS: tl.constexpr, TRAP: tl.constexpr):
+    """Polls elements ``at`` (and ``at + 1``) until all carry epoch ``ep`` or the timeout
+    (recorded in ``status``, then gives up). Carries no tensor out of its loop: the
+    caller loads the words again."""
+    deadline = tl.zeros((), tl.int64)  # set once a poll fails: no timer read otherwise
+    spins = 0
+    waiting = True
+    while waiting:
+        lo = tl.load(at, mask=mask, other=0, volatile=True)
+        hi = tl.load(at + 1, mask=mask, other=0, volatile=True)
+        waiting = not _ready(lo, hi, mask, ep)
+        if waiting:
+            if spins == 0:
+                deadline = _now(THREADS) + timeout_us.to(tl.int64) * 1000
+            spins += 1
+            if (spins % 64) == 0:
+                if _now(THREADS) > deadline:
+                    _give_up(lo, mask, ep, status, TRAP)
+                    waiting = False
+
+
+@triton.jit
 def wait(
     row_ptr,
     idx,
@@ -168,24 +210,28 @@ def wait(
     """Polls words ``idx`` (any shape, ``mask``ed) of this rank's row ``row_ptr`` until
     all carry epoch ``ep``; returns them as int64 (masked-off words are 0). ``status``
     is the address of the pinned status block (an int)."""
-    lo = tl.load(row_ptr + 2 * idx, mask=mask, other=0, volatile=True)
-    hi = tl.load(row_ptr + 2 * idx + 1, mask=mask, other=0, volatile=True)
+    at = row_ptr + 2 * idx
+    if HW and THREADS > 32:  # copies in several warps: see "Replicated polls" above
+        _spin(at, mask, ep, timeout_us, status, THREADS, TRAP)
+        tl.debug_barrier()
+    lo = tl.load(at, mask=mask, other=0, volatile=True)
+    hi = tl.load(at + 1, mask=mask, other=0, volatile=True)
     if not HW:  # the interpreter runs writers first, or never: no timer there
         if not _ready(lo, hi, mask, ep):
             lo = _element(lo, ep + 1)  # a wrong epoch: the caller's result is wrong
             hi = _element(hi, ep + 1)
+    elif THREADS > 32:
+        pass  # loaded after the barrier: every copy complete
     elif not _ready(lo, hi, mask, ep):
         deadline = _now(THREADS) + timeout_us.to(tl.int64) * 1000
         spins = 0
         while not _ready(lo, hi, mask, ep):
-            lo = tl.load(row_ptr + 2 * idx, mask=mask, other=0, volatile=True)
-            hi = tl.load(row_ptr + 2 * idx + 1, mask=mask, other=0, volatile=True)
+            lo = tl.load(at, mask=mask, other=0, volatile=True)
+            hi = tl.load(at + 1, mask=mask, other=0, volatile=True)
             spins += 1
             if (spins % 64) == 0:
                 if _now(THREADS) > deadline:
-                    seen = tl.min(tl.where(mask, lo >> 32, ep.to(tl.int64)))
-                    where = status.to(tl.pointer_type(tl.int32))
-                    _timed_out(where, TIMEOUT_IN_SAMPLING, seen.to(tl.int32), ep, TRAP)
+                    _give_up(lo, mask, ep, status, TRAP)
                     lo = _element(lo, ep)
                     hi = _element(hi, ep)
     return tl.where(mask, ((hi & LOW) << 32) | (lo & LOW), 0)
