@@ -23,16 +23,15 @@ from tests.gpu import (
     adversarial_logits,
     delay_random_rank,
     needs_gpu,
-    placement_env,
     placements,
     rank_device,
     spill_logits,
 )
+from tests.sampling_step import Step, close, fused_env
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-TOL = 2e-5  # |ours - torch.log_softmax(fp32)| <= TOL * (1 + |ref|)
 V = 151552
 KEEP = {"tp2-per-gpu", "tp2-one-gpu", "tp4-spread", "tp8-spread"}
 CASES = [c for c in placements((2, 4, 8)) if c.id in KEEP]
@@ -101,13 +100,6 @@ def _filters(rng: random.Random, m: int, dev: torch.device) -> list[dict]:
     ]
 
 
-def _close(got: torch.Tensor, want: torch.Tensor, where: str) -> None:
-    nan = want.isnan()
-    assert torch.equal(got.isnan(), nan), f"{where}: NaN pattern differs"
-    err = (got[~nan] - want[~nan]).abs().nan_to_num(0.0)
-    assert bool((err <= TOL * (1 + want[~nan].abs())).all()), f"{where}: max error {err.max()}"
-
-
 def _eager(rank: int, world: int, seed: int, placement: str) -> str:
     from logits_gather import sampling
     from logits_gather.sampling import reference
@@ -153,9 +145,9 @@ def _eager(rank: int, world: int, seed: int, placement: str) -> str:
         for top_n in (0, 1, 5, 20):
             got = sampler.logprobs(shard, ids, top_n=top_n)
             want = reference.logprobs(full, ids, top_n)
-            _close(got.logprobs, want.logprobs, where)
+            close(got.logprobs, want.logprobs, where)
             assert torch.equal(got.top_ids, want.top_ids), f"{where} top_n={top_n}"
-            _close(got.top_logprobs, want.top_logprobs, where)
+            close(got.top_logprobs, want.top_logprobs, where)
     torch.cuda.synchronize()
     return sampler.backend
 
@@ -163,61 +155,9 @@ def _eager(rank: int, world: int, seed: int, placement: str) -> str:
 def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
     """Captures every operation in one graph and replays it with fresh inputs
     (an odd number of replays, a delayed rank)."""
-    from logits_gather import sampling
-    from logits_gather.sampling import reference
-
-    dev, v, m = rank_device(rank, placement), n * world, 37
-    sampler = sampling.VocabParallelSampler(
-        n, 64, device=dev, backend="symm_mem", check_values=False
-    )
-    shard = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
-    peaked = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
-    temp = torch.empty(m, device=dev)
-    seeds = torch.empty(m, dtype=torch.int64, device=dev)
-    ids = torch.empty(m, dtype=torch.int64, device=dev)
-    top_k = torch.empty(m, dtype=torch.int64, device=dev)
-    top_p = torch.empty(m, device=dev)
-    min_p = torch.empty(m, device=dev)
-    ones = torch.ones(m, device=dev)
-    spill = spill_logits(m, n, world, torch.bfloat16, dev)  # round 2 decides every row
-    spilled = spill[:, rank * n : (rank + 1) * n].contiguous()
-
-    def fill(i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fresh inputs. ``peaked``: the logits times 8, so top-p's candidates decide most
-        rows; on odd replays every other row is one value throughout, which they cannot
-        decide (the exact fallback runs inside the graph's conditional node)."""
-        full = adversarial_logits(seed + i, m, n, world, torch.bfloat16, dev)
-        gen = torch.Generator(device=dev).manual_seed(seed + 1000 + i)
-        shard.copy_(full[:, rank * n : (rank + 1) * n])
-        sharp = full.float().mul(8).nan_to_num(0.0, 0.0, 0.0)
-        if i % 2:
-            sharp[1::2] = 1.0
-        sharp = sharp.to(torch.bfloat16)
-        peaked.copy_(sharp[:, rank * n : (rank + 1) * n])
-        u = torch.rand(m, device=dev, generator=gen)
-        temp.copy_(torch.where(u < 0.2, 0.0, u * 2))  # about a fifth greedy rows
-        seeds.copy_(torch.randint(-(2**62), 2**62, (m,), device=dev, generator=gen))
-        ids.copy_(torch.randint(0, v, (m,), device=dev, generator=gen))
-        top_k.copy_(torch.randint(0, 80, (m,), device=dev, generator=gen))
-        top_p.copy_(torch.rand(m, device=dev, generator=gen).clamp_(min=0.05))
-        min_p.copy_(torch.rand(m, device=dev, generator=gen) * 0.2)
-        return full, sharp
-
-    def step():
-        return (
-            sampler.greedy(shard),
-            sampler.sample(shard, temp, seeds),
-            sampler.sample(shard, temp, seeds, top_k=20),
-            sampler.sample(shard, temp, seeds, top_k=top_k, top_p=top_p, min_p=min_p),
-            sampler.sample(shard, temp, seeds, top_p=0.9),
-            sampler.sample(shard, temp, seeds, min_p=min_p),
-            sampler.logprobs(shard, ids, 5),
-            sampler.sample(peaked, temp, seeds, top_p=top_p, min_p=min_p),
-            sampler.sample(shard, temp, seeds, top_k=40, top_p=top_p, min_p=min_p),
-            sampler.sample(spilled, ones, seeds, top_p=SPILL_TOP_P),  # the last top-p call
-        )
-
-    fill(0)
+    step = Step(rank, world, seed, placement, n)
+    sampler = step.sampler
+    step.fill(0)
     step()  # builds every exchange this graph uses (collective), outside capture
     torch.cuda.synchronize()
     sampler.check()  # the first calls load every kernel: none may have timed out
@@ -228,32 +168,12 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
     replays = 7
     rng = random.Random(seed)
     for i in range(1, replays + 1):
-        full, sharp = fill(i)
+        step.fill(i)
         delay_random_rank(rng, rank, world)
         graph.replay()
         torch.cuda.synchronize()
         sampler.check()  # a wait that timed out in a replay gave up: fail here, not later
-        g, s, s20, sf, sp, smin, lp, speaked, skp, sspill = out
-        want = reference.sample(spill, ones, seeds, top_p=SPILL_TOP_P)
-        assert torch.equal(sspill, want), f"replay {i} top_p, round 2 in its IF node"
-        flags = sampler._fused.topp_flags.tolist()
-        lam = sorted(set(sampler._fused.spilled.tolist()))  # one level: every row alike
-        assert flags == [False, True], f"replay {i} round 2: (need, more) = {flags}, lam {lam}"
-        want = reference.sample(full, temp, seeds, top_k=40, top_p=top_p, min_p=min_p)
-        assert torch.equal(skp, want), f"replay {i} top_k=40 with top_p and min_p"
-        want = reference.sample(sharp, temp, seeds, top_p=top_p, min_p=min_p)
-        assert torch.equal(speaked, want), f"replay {i} top_p (peaked, odd: fallback rows)"
-        assert torch.equal(g, full.argmax(1)), f"replay {i}"
-        assert torch.equal(s, reference.sample(full, temp, seeds)), f"replay {i}"
-        assert torch.equal(s20, reference.sample(full, temp, seeds, 20)), f"replay {i}"
-        want = reference.sample(full, temp, seeds, top_k=top_k, top_p=top_p, min_p=min_p)
-        assert torch.equal(sf, want), f"replay {i} filters"
-        assert torch.equal(sp, reference.sample(full, temp, seeds, top_p=0.9)), f"replay {i}"
-        want = reference.sample(full, temp, seeds, min_p=min_p)
-        assert torch.equal(smin, want), f"replay {i} min_p"
-        want = reference.logprobs(full, ids, 5)
-        _close(lp.logprobs, want.logprobs, f"replay {i}")
-        assert torch.equal(lp.top_ids, want.top_ids), f"replay {i}"
+        step.check(out, f"replay {i}")
     torch.cuda.synchronize()
     return replays
 
@@ -265,11 +185,7 @@ def test_matches_gathered(world_size: int, placement: str) -> None:
         world_size,
         random.randrange(2**31),
         placement,
-        env={
-            **placement_env(placement),
-            "LOGITS_GATHER_SAMPLING_FUSED": "1",
-            "LOGITS_GATHER_SAMPLING_FUSED_TOPK": "1",
-        },
+        env=fused_env(placement),
         timeout=900,
     )
     assert results == ["symm_mem"] * world_size
@@ -283,11 +199,7 @@ def test_cuda_graph_replay(world_size: int, placement: str) -> None:
         random.randrange(2**31),
         placement,
         4099,
-        env={
-            **placement_env(placement),
-            "LOGITS_GATHER_SAMPLING_FUSED": "1",
-            "LOGITS_GATHER_SAMPLING_FUSED_TOPK": "1",
-        },
+        env=fused_env(placement),
         timeout=900,
     )
     assert results == [7] * world_size
