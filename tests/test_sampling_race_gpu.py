@@ -52,7 +52,7 @@ def test_synced_calls_agree(world_size: int, placement: str) -> None:
             **fused_env(placement),
             "LOGITS_GATHER_ON_TIMEOUT": "raise",
             "LOGITS_GATHER_TIMEOUT_S": "10",
-        },  # fmt: skip
+        },
         timeout=600,
     )
     assert results == [STEPS] * world_size

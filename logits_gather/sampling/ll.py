@@ -33,16 +33,18 @@ So B has consumed use ``E`` before anyone overwrites that parity.
 Waiting kernels wait only for writers launched earlier on other ranks' streams,
 which never wait themselves, so no co-residency is needed; their grids are bounded
 when ranks share a GPU (see :func:`.fastpath.fast_path_problem`).
+
 Replicated polls: a poll over fewer words than the CTA has threads (the finals' small
 ``[CAND]`` head vectors) is replicated by Triton, each word loaded by several warps at
 different moments, so one warp's copy can still hold the previous use's words when the
 block-wide readiness test, which combines copies through shared memory, already
 passes. Triton treats the copies as one value, so later layout conversions may take
 the stale one: a rank then decides a row from stale words and its peers wait for rows
-it skipped (what session 10's traces point to, ``benchmarks/NOTES.md``). So after the test passes,
-every thread of a multi-warp reader crosses a CTA barrier and loads its words again:
-each word was by then seen complete by some thread, and nobody rewrites it before this
-reader is done. One warp loads its copies in one instruction and skips the reload.
+it skipped (what session 10's traces point to, ``benchmarks/NOTES.md``). So once the
+test passes, every thread of a multi-warp reader crosses a CTA barrier and loads its
+words again: each word was by then seen complete by some thread, and nobody rewrites
+it before this reader is done. One warp loads its copies in one instruction and skips
+the reload.
 
 A wait that outlasts ``timeout_us`` records ``[code, cta, seen, target]`` in the
 mailbox's pinned status block and traps (``TRAP``) or gives up (see
