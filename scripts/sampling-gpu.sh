@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # GPU run for the sampling work (2 GPUs, one process per GPU where a test allows).
 # Usage: bash scripts/sampling-gpu.sh OUT_DIR [STEP ...]
-# Steps (default: all, in this order): emulated, select, times, tests, timeout, graphs,
-# eager, spread. "emulated" and "times" need one GPU only.
+# Steps (default: all, in this order): race, emulated, select, times, tests, timeout,
+# graphs, eager, spread. "race", "emulated" and "times" need one GPU only ("race" runs
+# its shared-GPU case there, and its per-gpu and spread cases on two GPUs).
 set -u
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 out=${1:?usage: sampling-gpu.sh OUT_DIR [STEP ...]}
 shift
-steps=${*:-emulated select times tests timeout graphs eager spread}
+steps=${*:-race emulated select times tests timeout graphs eager spread}
 mkdir -p "$out"
 t="tests/test_sampling_gpu.py"
 step() {
@@ -22,6 +23,7 @@ step() {
 }
 for s in $steps; do
   case $s in
+    race) step race 400 bash scripts/gpu-tests.sh tests/test_sampling_race_gpu.py ;;
     times) step times 150 python3 scripts/sampling-kernel-times.py ;;
     tests) step tests 300 env LOGITS_GATHER_NO_MPS=1 bash scripts/gpu-tests.sh -x \
       -k "tp2-per-gpu or noise" "$t" ;;
