@@ -1,11 +1,11 @@
 """The fused sampling kernels' waits under contention: the graph test's operations run
 eagerly, the stream synchronised after every call, for several steps with fresh inputs.
 
-That pattern (two ranks sharing one H200, session 10) made a multi-warp final kernel
-decide a top-p row from stale words on one rank in about one pass of two, before the
-reload after a replicated poll (:mod:`logits_gather.sampling.ll`, "Replicated polls"):
-its peers then waited for round-2 words it never sent. Every call is checked against
-the reference and for timed-out waits (a wait that gives up returns stale words).
+That pattern (two ranks sharing one H200, sessions 10 and 11) made a multi-warp final
+kernel compute a top-p row wrongly on one rank in most passes while its poll's exit
+test was warp-local (:mod:`logits_gather.sampling.ll`, "Uniform polls"): its warps
+left the poll apart and met the wrong barriers. Every call is checked against the
+reference and for timed-out waits (a wait that gives up returns stale words).
 """
 
 from __future__ import annotations

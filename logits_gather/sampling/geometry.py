@@ -51,8 +51,9 @@ def _warps(elements: int, most: int) -> int:
     element across threads: with the top-k final kernel so replicated, emulated tp 4 and
     8 runs returned wrong top_k = 1 and 2 tokens on one rank (14 in 3868 top_k=2 calls at
     tp=4), and none without replication (benchmarks/NOTES.md). Those candidates are
-    polled words: the likely cause is the race of :mod:`.ll`'s "Replicated polls", which
-    its waits now close; the rule stays until a GPU run shows the waits alone suffice."""
+    polled words: the likely cause is the warp-local poll exit of :mod:`.ll`'s "Uniform
+    polls", which its waits now avoid; the rule stays until a GPU run of the emulated
+    tp 4 and 8 top-k test without it shows that suffices."""
     return max(1, min(most, elements // 32))
 
 

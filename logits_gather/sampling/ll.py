@@ -34,17 +34,22 @@ Waiting kernels wait only for writers launched earlier on other ranks' streams,
 which never wait themselves, so no co-residency is needed; their grids are bounded
 when ranks share a GPU (see :func:`.fastpath.fast_path_problem`).
 
-Replicated polls: a poll over fewer words than the CTA has threads (the finals' small
-``[CAND]`` head vectors) is replicated by Triton, each word loaded by several warps at
-different moments, so one warp's copy can still hold the previous use's words when the
-block-wide readiness test, which combines copies through shared memory, already
-passes. Triton treats the copies as one value, so later layout conversions may take
-the stale one: a rank then decides a row from stale words and its peers wait for rows
-it skipped (what session 10's traces point to, ``benchmarks/NOTES.md``). So once the
-test passes, every thread of a multi-warp reader crosses a CTA barrier and loads its
-words again: each word was by then seen complete by some thread, and nobody rewrites
-it before this reader is done. One warp loads its copies in one instruction and skips
-the reload.
+Uniform polls: every thread of a reader must leave its poll loop at the same poll. The
+loop's timer (``_now``, a block-wide max) and the code after it synchronise the CTA
+with ``bar.sync``, and warps that meet different ``bar.sync`` instructions release each
+other: reductions then combine shared-memory partials of different steps, and the
+reader computes from words it never loaded (wrong ``lam``, wrong tokens, one rank only,
+words right at rest; ``benchmarks/NOTES.md``, sessions 10 and 11). A poll over at
+least as many elements as the CTA has threads gives each element to one thread, so
+its readiness test combines every warp's loads through shared memory. A poll over
+fewer (the finals' ``[CAND]`` head words when there are few splits) is replicated by
+Triton in every warp, and its test became a warp-local ``redux.sync``: each warp left
+the loop when its own copies were in. So a multi-warp reader polls fewer words than
+it has threads in :func:`_spin`, which spreads them over one lane per thread (the same
+words, repeated) for a block-wide test, then crosses a CTA barrier and loads them
+again in the caller's layout: each was seen complete, and no writer rewrites it
+before this reader is done. ``scripts/sampling-compile-check.py`` fails any compiled
+multi-warp poll loop whose first branch comes before a ``bar.sync``.
 
 A wait that outlasts ``timeout_us`` records ``[code, cta, seen, target]`` in the
 mailbox's pinned status block and traps (``TRAP``) or gives up (see
@@ -178,23 +183,28 @@ def _give_up(lo, mask, ep, status, TRAP: tl.constexpr):
 
 @triton.jit
 def _spin(at, mask, ep, timeout_us, status, THREADS: tl.constexpr, TRAP: tl.constexpr):
-    """Polls elements ``at`` (and ``at + 1``) until all carry epoch ``ep`` or the timeout
-    (recorded in ``status``, then gives up). Carries no tensor out of its loop: the
-    caller loads the words again."""
+    """Polls elements ``at`` (and ``at + 1``; fewer than ``THREADS``, any shape) until all
+    carry epoch ``ep`` or the timeout (recorded in ``status``, then gives up), one lane
+    per thread so that the whole CTA decides alike (see "Uniform polls" above). Carries
+    no tensor out of its loop: the caller loads the words again."""
+    N: tl.constexpr = at.numel
+    R: tl.constexpr = THREADS // N
+    flat = tl.broadcast_to(tl.reshape(at, [N])[None, :], [R, N])
+    live = tl.broadcast_to(tl.reshape(tl.broadcast_to(mask, at.shape), [N])[None, :], [R, N])
     deadline = tl.zeros((), tl.int64)  # set once a poll fails: no timer read otherwise
     spins = 0
     waiting = True
     while waiting:
-        lo = tl.load(at, mask=mask, other=0, volatile=True)
-        hi = tl.load(at + 1, mask=mask, other=0, volatile=True)
-        waiting = not _ready(lo, hi, mask, ep)
+        lo = tl.load(flat, mask=live, other=0, volatile=True)
+        hi = tl.load(flat + 1, mask=live, other=0, volatile=True)
+        waiting = not _ready(lo, hi, live, ep)
         if waiting:
             if spins == 0:
                 deadline = _now(THREADS) + timeout_us.to(tl.int64) * 1000
             spins += 1
             if (spins % 64) == 0:
                 if _now(THREADS) > deadline:
-                    _give_up(lo, mask, ep, status, TRAP)
+                    _give_up(lo, live, ep, status, TRAP)
                     waiting = False
 
 
@@ -213,7 +223,8 @@ def wait(
     all carry epoch ``ep``; returns them as int64 (masked-off words are 0). ``status``
     is the address of the pinned status block (an int)."""
     at = row_ptr + 2 * idx
-    if HW and THREADS > 32:  # copies in several warps: see "Replicated polls" above
+    FEW: tl.constexpr = HW and THREADS > 32 and at.numel < THREADS  # see "Uniform polls"
+    if FEW:
         _spin(at, mask, ep, timeout_us, status, THREADS, TRAP)
         tl.debug_barrier()
     lo = tl.load(at, mask=mask, other=0, volatile=True)
@@ -222,8 +233,8 @@ def wait(
         if not _ready(lo, hi, mask, ep):
             lo = _element(lo, ep + 1)  # a wrong epoch: the caller's result is wrong
             hi = _element(hi, ep + 1)
-    elif THREADS > 32:
-        pass  # loaded after the barrier: every copy complete
+    elif FEW:
+        pass  # loaded after the poll and a barrier: every word complete
     elif not _ready(lo, hi, mask, ep):
         deadline = _now(THREADS) + timeout_us.to(tl.int64) * 1000
         spins = 0
