@@ -76,6 +76,58 @@ def test_barrier_after_load_before_first_launch() -> None:
     assert log == ["barrier", ("launch", "a", (4, 3), (0,))]
 
 
+# A poll loop's header as ptxas sees it: the readiness test decided by one warp alone
+# (a replicated poll before session 11's fix), and decided block-wide.
+WARP_LOCAL = """$L__BB0_3:                              //   Parent Loop BB0_2 Depth=1
+                                        // =>  This Inner Loop Header: Depth=2
+\t@%p24 ld.volatile.global.b64 { %rd57 }, [ %rd186 + 0 ];
+\tredux.sync.min.s32 \t%r95, %r93, %r94;
+\tsetp.eq.b32 \t%p18, %r95, 1;
+\t@%p18 bra \t$L__BB0_9;
+\tbar.sync \t0;
+$L__BB0_9:
+"""
+BLOCK_WIDE = WARP_LOCAL.replace("\tredux.sync", "\tbar.sync \t0;\n\tredux.sync")
+
+
+class _WithPtx:
+    def __init__(self, ptx: str) -> None:
+        self.asm = {"ptx": ptx}
+
+
+def test_poll_check_tells_warp_local_exits_apart() -> None:
+    from logits_gather.sampling.polls import check, warp_local_polls
+
+    assert warp_local_polls(WARP_LOCAL) == ["$L__BB0_3"]
+    assert warp_local_polls(BLOCK_WIDE) == []
+    assert warp_local_polls(WARP_LOCAL.replace("ld.volatile", "ld.global")) == []  # no poll
+    with pytest.raises(RuntimeError, match=r"nucleus_final \(8 warps\).*\$L__BB0_3"):
+        check(_WithPtx(WARP_LOCAL), "nucleus_final", 8)
+    check(_WithPtx(WARP_LOCAL), "greedy_final", 1)  # one warp: its test is the CTA's
+    check(_WithPtx(BLOCK_WIDE), "nucleus_final", 8)
+    check(object(), "nucleus_final", 8)  # no PTX (the interpreter): nothing to check
+
+
+def test_launcher_raises_for_a_warp_local_poll() -> None:
+    """The first launch of a compiled kernel whose poll one warp can leave alone raises
+    (its result could be wrong); a block-wide one launches and is cached."""
+    from logits_gather.sampling.launcher import Launcher
+
+    class Kernel:
+        __name__ = "nucleus_final"
+
+        def __init__(self, ptx: str) -> None:
+            self.compiled = _WithPtx(ptx)
+
+        def __getitem__(self, grid):
+            return lambda *args, num_warps, **consts: self.compiled
+
+    with pytest.raises(RuntimeError, match="one warp decides alone"):
+        Launcher(None)(Kernel(WARP_LOCAL), (4, 1), (0,), {}, 8)
+    Launcher(None)(Kernel(WARP_LOCAL), (4, 1), (0,), {}, 1)
+    Launcher(None)(Kernel(BLOCK_WIDE), (4, 1), (0,), {}, 8)
+
+
 def test_sharing_barrier_warns_once_about_lazy_loading(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

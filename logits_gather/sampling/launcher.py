@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from . import polls
+
 log = logging.getLogger(__name__)
 
 JIT_ENV = "LOGITS_GATHER_SAMPLING_JIT"
@@ -33,6 +35,8 @@ class Launcher:
     (through ``CompiledKernel.run`` when the kernel needs scratch memory). Any failure
     of the cached route falls back to the JIT for good (logged once). Launches go to the
     sampler's device and its current stream, whatever the caller's current device.
+    Each compiled kernel passes :func:`.polls.check` at its first launch (a compiled
+    poll that could make its result wrong raises, on every rank alike).
 
     ``barrier`` (ranks that share a GPU, :func:`.fastpath.decide`): a host-side
     collective run once per kernel variant, after this rank has compiled and loaded it
@@ -49,6 +53,7 @@ class Launcher:
         self._stream: Any = None
         self._barrier = barrier
         self._loaded: set[tuple] = set()  # variants past the barrier
+        self._checked: set[int] = set()  # compiled kernels past polls.check
 
     def __call__(
         self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
@@ -87,6 +92,9 @@ class Launcher:
         if self._barrier is not None:
             self._load(fn, grid, args, consts, warps)
         ck = fn[grid](*args, **consts, num_warps=warps)
+        if ck is not None and id(ck) not in self._checked:
+            polls.check(ck, getattr(fn, "__name__", repr(fn)), warps)  # every rank alike
+            self._checked.add(id(ck))
         if not self._jit_only and ck is not None and hasattr(ck, "run"):
             self._cache[key] = self._entry(ck)
 
