@@ -1,0 +1,100 @@
+"""Compiles every waiting (final) kernel of the fused sampling path at the geometries the
+sampler derives for each vocabulary and tp, for sm_90 (no GPU needed), and fails any
+whose poll loop one warp can leave alone (:mod:`logits_gather.sampling.polls`, the
+check the launcher makes at first launch). Registers and spills are
+``scripts/sampling-compile-check.py``'s job.
+
+``PYTHONPATH=. python scripts/sampling-poll-sweep.py [--vocab 151552,32000] [--tp 1,2,4,8]
+[--columns 4099]`` (``--columns``: per-rank widths to add at every tp, as the GPU
+tests use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+from triton.compiler import ASTSource, compile
+
+from logits_gather.sampling import finals as F
+from logits_gather.sampling import nucleus as N
+from logits_gather.sampling import spill as S
+from logits_gather.sampling import topk as T
+from logits_gather.sampling.fused import NARROW, NUCLEUS_LANES, WIDE
+from logits_gather.sampling.fused_filters import FINAL_WARPS
+from logits_gather.sampling.geometry import Geometry, _pow2, _warps, room
+from logits_gather.sampling.polls import warp_local_polls
+
+_spec = importlib.util.spec_from_file_location(
+    "sampling_compile_check", Path(__file__).with_name("sampling-compile-check.py")
+)
+check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check)
+
+KS = (1, 2, 3, 8, 20, 40, 50, 64)  # top_k values (each its own top-k geometry)
+TOP_NS = (1, 2, 5, 8, 20)  # logprobs top_n values
+
+
+def finals(columns: int, world: int):
+    """(name, kernel, constexprs, warps) of every multi-warp final kernel at one geometry."""
+    wide, narrow = Geometry.of(columns, world, *WIDE), Geometry.of(columns, world, *NARROW)
+    base = {"TRAP": True}
+    for k in KS:
+        plan = wide.topk(k)
+        for rowk in (False, True):
+            reduce = dict(base, CAND=wide.cand, G=plan.g, ROWK=rowk, BITS=16)
+            yield f"topk_reduce k={k} rowk={rowk}", F.topk_reduce, reduce, plan.reduce
+            for topp, minp in ((0, 0), (1, 1)):
+                tf = dict(base, CAND=wide.cand, KP=plan.kp, TOPP=topp, MINP=minp, ROWK=rowk)
+                yield (
+                    f"topk_final k={k} rowk={rowk} topp={topp}",
+                    T.topk_final,
+                    dict(tf, XBITS=16),
+                    plan.final,
+                )
+    slots = max(1, min(64, NUCLEUS_LANES // narrow.c))
+    lanes = _pow2(narrow.c * slots)
+    nf = dict(base, CAND=narrow.cand, SLOTS=slots, LANES=lanes, XBITS=16)
+    yield "nucleus_final", N.nucleus_final, nf, _warps(lanes, FINAL_WARPS)
+    yield "again_final", S.again_final, nf, _warps(lanes, FINAL_WARPS)
+    for n in TOP_NS:
+        lp = dict(base, CAND=narrow.cand, NP=room(n))
+        yield f"logprobs_final top_n={n}", F.logprobs_final, lp, 4
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python scripts/sampling-poll-sweep.py")
+    p.add_argument("--vocab", default="151552,32000")
+    p.add_argument("--tp", default="1,2,4,8")
+    p.add_argument("--columns", default="4099")
+    a = p.parse_args()
+    tps = [int(t) for t in a.tp.split(",")]
+    shapes = {(-(-int(v) // t), t) for v in a.vocab.split(",") for t in tps}
+    shapes |= {(int(c), t) for c in a.columns.split(",") if c for t in tps}
+    seen: set = set()
+    bad = 0
+    for columns, world in sorted(shapes):
+        for name, fn, const, warps in finals(columns, world):
+            const = dict(const, THREADS=32 * warps)
+            key = (fn, tuple(sorted(const.items())), warps)
+            if warps == 1 or key in seen:
+                continue
+            seen.add(key)
+            ck = compile(
+                ASTSource(fn=fn, signature=check._sig(fn, None, const), constexprs=const),
+                target=check.TARGET,
+                options={"num_warps": warps},
+            )
+            local = warp_local_polls(ck.asm["ptx"])
+            if local:
+                bad += 1
+                print(f"columns={columns} tp={world} {name} ({warps} warps): warp-local "
+                      f"poll exit at {', '.join(local)}")  # fmt: skip
+    print(f"{len(seen)} variants compiled, {bad} with a warp-local poll exit")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
