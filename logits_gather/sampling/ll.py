@@ -48,8 +48,8 @@ the loop when its own copies were in. So a multi-warp reader polls fewer words t
 it has threads in :func:`_spin`, which spreads them over one lane per thread (the same
 words, repeated) for a block-wide test, then crosses a CTA barrier and loads them
 again in the caller's layout: each was seen complete, and no writer rewrites it
-before this reader is done. ``scripts/sampling-compile-check.py`` fails any compiled
-multi-warp poll loop whose first branch comes before a ``bar.sync``.
+before this reader is done. A compiled multi-warp poll loop whose first branch comes
+before any ``bar.sync`` is refused at its first launch (:mod:`.polls`).
 
 A wait that outlasts ``timeout_us`` records ``[code, cta, seen, target]`` in the
 mailbox's pinned status block and traps (``TRAP``) or gives up (see
