@@ -4,7 +4,7 @@
 float32, 16 calls each of top-p, top-k with top-p and min-p, and top-k alone at M=64 over
 75776 columns (tp=2's per-rank width), on fresh random rows: plain, runs of ties, a split
 of equal values at the top, greedy rows (T=0), rows with top-p off, and rows whose
-``x / T`` is subnormal. It prints how many tokens differ from :mod:`.reference` (top-p:
+``s`` is subnormal. It prints how many tokens differ from :mod:`.reference` (top-p:
 decided rows only; undecided ones go to the exact fallback in a sampler), how many top-p
 rows reached the second round, and how many stayed undecided. Exit status 1 on a
 wrong token.
@@ -31,7 +31,7 @@ def rows(gen: torch.Generator, dt: torch.dtype, trial: int, dev: torch.device):
     x = x.to(dt)
     t = torch.rand(M, device=dev, generator=gen) + 0.3
     t[::7] = 0.0
-    if trial % 4 == 3:  # s = x / T subnormal in fp32
+    if trial % 4 == 3:  # s subnormal in fp32
         x[2::4] = (torch.randn(M // 4, N, device=dev, generator=gen) * 1e-36).to(dt)
         t[2::4] = 60.0
     seed = torch.randint(0, 1 << 40, (M,), device=dev, generator=gen)

@@ -34,6 +34,7 @@ from logits_gather.sampling import (  # noqa: E402
     launcher,
     nucleus,
     reference,
+    rng,
 )
 from tests.emulated import Box  # noqa: E402
 
@@ -232,15 +233,15 @@ def _decode_kernel(cand_ptr, t, u_ptr, nbytes_ptr, N: tl.constexpr, XBITS: tl.co
 
 
 def check_decode() -> int:
-    """The finals' short radix keys (:func:`.nucleus._decode`): bfloat16 x / T gives
-    16-bit keys ordered like s (2 bytes); s values that are no x / T fall back to 4."""
+    """The finals' short radix keys (:func:`.nucleus._decode`): bfloat16 x * (1 / T) gives
+    16-bit keys ordered like s (2 bytes); s values that are no x * (1 / T) fall back to 4."""
     fails = 0
     t = 0.7
-    for kind in ("x / T", "arbitrary s"):
-        if kind == "x / T":
+    for kind in ("x * (1 / T)", "arbitrary s"):
+        if kind == "x * (1 / T)":
             x = (torch.randn(64) * 4).to(torch.bfloat16).float()
             x[:8] = x[8]  # ties
-            s = torch.div(x, t)
+            s = rng.scaled(x, torch.tensor(t))
         else:
             s = torch.randn(64) * 4
         h = s.view(torch.int32).to(torch.int64)
@@ -249,8 +250,8 @@ def check_decode() -> int:
         u, nbytes = torch.empty(64, dtype=torch.int64), torch.empty(1, dtype=torch.int32)
         _decode_kernel[(1,)](cand, t, u, nbytes, 64, 16)
         order = torch.sign(s[:, None] - s[None, :]) == torch.sign(u[:, None] - u[None, :])
-        ok = bool(order.all()) and int(nbytes) == (2 if kind == "x / T" else 4)
-        if kind == "x / T":
+        ok = bool(order.all()) and int(nbytes) == (2 if kind == "x * (1 / T)" else 4)
+        if kind == "x * (1 / T)":
             ok = ok and int(u.max()) < 1 << 16
         print(f"_decode, {kind}: bytes {int(nbytes)}, order kept {bool(order.all())}: "
               f"{'ok' if ok else 'FAIL'}")  # fmt: skip

@@ -44,7 +44,7 @@ def sample(
     if sampler._fused is not None:  # one Triton pass, the same bits as the torch ops
         s, g = sampler._fused.scores(shard, t.view(m), seed)
     else:
-        s = shard.to(torch.float32).div(torch.where(t > 0, t, 1.0))
+        s = rng.scaled(shard, t)
         g = s.sub(rng.neg_log_neg_log_uniform(rng.row_keys(seed), sampler._counters))
     ex = sampler._exchange(ops.GREEDY_WIDTH, m)
     ops.pack_greedy(shard, ex.payload[:m])
@@ -90,8 +90,7 @@ def sample_plain(
     """Plain sampling and an int ``top_k`` from torch ops (the path without the fused
     kernels): one exchange, or five for ``top_k > 64``."""
     m = shard.shape[0]
-    te = torch.where(t > 0, t, 1.0)
-    s = shard.to(torch.float32).div(te)
+    s = rng.scaled(shard, t)
     scores = s.sub(rng.neg_log_neg_log_uniform(keys, sampler._counters))
     if k is not None and k <= MAX_CANDIDATES:
         room = ops.slots(k, MAX_CANDIDATES)
@@ -111,7 +110,7 @@ def sample_plain(
         g = ex.send(m)
         sampled = ops.combine_best(g, sampler.columns)
     greedy, maxima = ops.combine_greedy(g, shard.dtype, sampler.columns)
-    smax = maxima.to(torch.float32).div(te).amax(1)
+    smax = rng.scaled(maxima, t).amax(1)
     use_greedy = ~torch.isfinite(smax) | (t[:, 0] == 0)
     return torch.where(use_greedy, greedy, sampled)
 

@@ -14,7 +14,7 @@ from triton.language.extra import libdevice
 
 from . import ll
 from .kernels import _target
-from .keys import KEY_MIN, index, kth_largest, ordered32, ordered_value, value
+from .keys import KEY_MIN, index, inv_t, kth_largest, ordered32, ordered_value, scale, value
 
 
 @triton.jit
@@ -76,7 +76,7 @@ def topk_reduce(
     THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """Top-k, between the rounds: the row's greedy key and the bound, ``ordered32`` of
-    ``x_b / T`` where ``x_b`` is the k-th largest group maximum of x; the lowest int32
+    ``x_b * (1 / T)`` where ``x_b`` is the k-th largest group maximum of x; the lowest int32
     when fewer than k groups hold a column (no bound: every element is a candidate).
     ``BITS`` 16 (bfloat16 inputs): the radix select runs over the top 16 bits of the
     keys, which order bfloat16 values exactly (two rounds instead of four)."""
@@ -100,7 +100,7 @@ def topk_reduce(
             uk = tl.where(uk < 0x80000000, uk | 0xFFFF, uk)
         xb = ordered_value(uk ^ 0x80000000)
         t = tl.load(t_ptr + row)
-        low = ordered32(tl.math.div_rn(xb, tl.where(t > 0.0, t, 1.0)))
+        low = ordered32(scale(xb, inv_t(t)))
         tl.store(gbest_ptr + row, tl.max(tl.where(ok, gx, KEY_MIN), 0))
         tl.store(low_ptr + row, tl.where(count >= kr, low, -0x7FFFFFFF - 1))
         tl.store(epoch + row, ep)
@@ -109,7 +109,7 @@ def topk_reduce(
 
 @triton.jit
 def _use_greedy(t, gbest):
-    smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
+    smax = scale(value(gbest), inv_t(t))
     return (t == 0.0) | (smax != smax) | (tl.abs(smax) == float("inf"))
 
 

@@ -7,9 +7,10 @@ order-preserving signed int (``-0.0`` as ``+0.0``, every NaN as one NaN above
 ``torch.argmax``'s rule, so maxima of keys compose across splits and ranks, and
 keys are unique within a row.
 
-Noise: :mod:`.rng`'s keyed 32-bit hash in uint32 arithmetic, the temperature division
-with ``div_rn`` and ``log`` from libdevice, so scores equal the torch ops'
-bits on the same GPU (tests/test_sampling_gpu.py checks this).
+Noise: :mod:`.rng`'s keyed 32-bit hash in uint32 arithmetic, the temperature as one
+rounded reciprocal per row and one unfused multiply per element (:func:`scale`), and
+``log`` from libdevice, so scores equal the torch ops' bits on the same GPU
+(tests/test_sampling_gpu.py checks this).
 
 Top-K: :func:`top_select` finds a block's ``K`` largest keys without sorting:
 a radix select for the K-th largest value (one 256-bin histogram per 8 bits:
@@ -21,9 +22,14 @@ far more at 4096 elements.
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+
+HW: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
+"""Compiled (not the interpreter, which has no ``libdevice.mul_rn``)."""
 
 GAMMA: tl.constexpr = tl.constexpr(0x9E3779B97F4A7C15)
 MIX1: tl.constexpr = tl.constexpr(0xBF58476D1CE4E5B9)
@@ -137,10 +143,26 @@ def nlnl(rkey, gidx):
 
 
 @triton.jit
-def scores(x, t, rkey, gidx):
-    """``(s, g)``: ``s = x / T`` (``T`` 0 read as 1) and the Gumbel score ``g``."""
-    te = tl.where(t > 0.0, t, 1.0)
-    s = tl.math.div_rn(x, te)
+def inv_t(t):
+    """``1 / T`` rounded once (``T`` <= 0 read as 1): :func:`scale`'s factor."""
+    return tl.math.div_rn(1.0, tl.where(t > 0.0, t, 1.0))
+
+
+@triton.jit
+def scale(x, r):
+    """``s = x * r`` (``r``: :func:`inv_t`) rounded once, as :func:`.rng.scaled` does:
+    ``mul.rn``, which ptxas never fuses into an FMA with what follows (a plain ``*``
+    followed by a subtraction became one ``fma.rn``, with other bits)."""
+    if HW:
+        return libdevice.mul_rn(x, r)
+    else:
+        return x * r
+
+
+@triton.jit
+def scores(x, r, rkey, gidx):
+    """``(s, g)``: ``s = x * r`` (:func:`scale`) and the Gumbel score ``g``."""
+    s = scale(x, r)
     return s, s - nlnl(rkey, gidx)
 
 

@@ -39,16 +39,18 @@ from triton.language.extra import libdevice
 
 from . import ll
 from .finals import _row, _use_greedy
-from .kernels import _load_row, _target
+from .kernels import _load_row, _target, full
 from .keys import (
     KEY_MIN,
     argmax_key,
     index,
+    inv_t,
     key,
     nlnl,
     ordered32,
     radix_bits,
     row_key,
+    scale,
     scores,
     value,
 )
@@ -102,7 +104,7 @@ def _decode(cand, t, valid, XBITS: tl.constexpr):
     radix keys ``u`` ordered like ``h`` (int64 both) in ``[0, 2**(8 * bytes))``.
     ``XBITS == 16`` (bfloat16 inputs): ``u`` is the radix key of ``x``, ``s * T`` rounded
     to bfloat16 (to nearest even, in integer ops: the interpreter's cast truncates), when
-    every valid ``s`` equals ``x / T`` again (then equal ``u`` means equal ``s``), and
+    every valid ``s`` equals ``x * (1 / T)`` again (then equal ``u`` means equal ``s``), and
     ``bytes = 2``; otherwise ``u`` is ``h``'s 32 bits and ``bytes = 4``."""
     s = value(cand)
     h = ordered32(s)
@@ -112,7 +114,7 @@ def _decode(cand, t, valid, XBITS: tl.constexpr):
         te = tl.where(t > 0.0, t, 1.0)
         b = (s * te).to(tl.int32, bitcast=True)
         x = ((b + 0x7FFF + ((b >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
-        back = tl.math.div_rn(x, te)
+        back = scale(x, inv_t(t))
         same = (back == s) | ((back != back) & (s != s))
         if tl.min(tl.where(valid, same, True).to(tl.int32), 0) == 1:
             u = radix_bits(x, 16).to(tl.int64)
@@ -152,16 +154,32 @@ def nucleus_local(
     """Also resets the call's flags, so that no fill kernel runs: ``lam`` to DONE (split 0
     of each row; :func:`nucleus_final`, later in stream order, sets it) and both of
     ``need_ptr``'s flags (``need``, ``more``) to False (program ``(0, 0)``)."""
-    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+    if full(N, BLOCK):
+        _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr,
+            need_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, SLOTS, MINP, WORLD,
+            THREADS, True)  # fmt: skip
+    else:
+        _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr,
+            need_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, SLOTS, MINP, WORLD,
+            THREADS, False)  # fmt: skip
+
+
+@triton.jit
+def _nucleus_local(
+    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr, need_ptr, peers,
+    epoch, pstride, relems, own, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
+    MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
+):  # fmt: skip
+    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
     if tl.program_id(1) == 0:
         tl.store(lam_ptr + row, DONE)
         if row == 0:
             tl.store(need_ptr, 0)
             tl.store(need_ptr + 1, 0)
     t = tl.load(t_ptr + row)
-    te = tl.where(t > 0.0, t, 1.0)
-    smax = tl.math.div_rn(value(tl.load(gbest_ptr + row)), te)
-    s = tl.math.div_rn(x, te)
+    r = inv_t(t)
+    smax = scale(value(tl.load(gbest_ptr + row)), r)
+    s = scale(x, r)
     keep = mask
     if MINP:
         keep = keep & ((s - smax) >= tl.load(logmp_ptr + row))
@@ -170,7 +188,7 @@ def nucleus_local(
     best = tl.full((), KEY_MIN, tl.int64)
     if tl.load(p_ptr + row) >= 1.0:  # top-p off in this row: every kept element counts
         sel = keep & (cols < 0)
-        g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)[1]
+        g = scores(x, r, row_key(tl.load(seed_ptr + row)), gidx)[1]
         best = argmax_key(g, gidx, keep)
     else:
         d = (smax - s) * 2.0  # >= 0 (s_max is the row's largest s)
@@ -240,7 +258,7 @@ def _nucleus_row(
             bound = tl.max(tl.where(ok, w, -0x7FFFFFFF - 1), 0)
             valid = on & (cand != KEY_MIN)
             s, h, u, _ = _decode(cand, t, valid, XBITS)
-            smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
+            smax = scale(value(gbest), inv_t(t))
             above = valid & (h > bound)
             q = tl.where(above, _mass(s, smax), 0)
             if tl.sum(q, 0) >= thr:

@@ -7,9 +7,11 @@ benchmark runs after gathering the logits.
 ``sample(logits, temperature, seed, top_k, top_p, min_p)``, per row (all fp32
 unless said otherwise; ``x`` the row as fp32, ``T`` its temperature):
 
-1. ``s_j = x_j / T`` (IEEE division). Rows with ``T == 0``, or whose ``s_max =
-   max_j s_j`` is not finite (a NaN, an ``inf``, all ``-inf``, or an overflow),
-   give the greedy token ``argmax(x)`` (lowest id on ties, the first NaN).
+1. ``s_j = x_j * r`` with ``r = 1 / T`` rounded once (IEEE fp32, :func:`.rng.scaled`;
+   at most an ulp from ``x_j / T``, and ``x_j`` when ``T = 1``). Rows with ``T == 0``,
+   or whose ``s_max = max_j s_j`` is not finite (a NaN, an ``inf``, all ``-inf``, an
+   overflow, or ``r = inf``), give the greedy token ``argmax(x)`` (lowest id on ties,
+   the first NaN).
 2. Gumbel score ``g_j = s_j - log(-log(u_j))``, ``u_j`` from :mod:`.rng`, keyed
    by ``(seed, j)``.
 3. The kept set ``K`` (each filter off at its disabling value):
@@ -83,7 +85,7 @@ def sample(
     dev = logits.device
     xf = logits.to(torch.float32)
     t = temperature.to(torch.float32)[:, None]
-    s = xf.div(torch.where(t > 0, t, 1.0))
+    s = rng.scaled(xf, t)
     g = s.sub(
         rng.neg_log_neg_log_uniform(rng.row_keys(seed.to(dev)), rng.column_counters(0, v, dev))
     )

@@ -180,7 +180,7 @@ class VocabParallelSampler:
         definition, with every tie rule, is in :mod:`.reference`). Each filter is
         None, a scalar or an ``[M]`` tensor; ``top_k`` 0, ``top_p`` 1.0 and
         ``min_p`` 0.0 switch a row's filter off. ``temperature[i] == 0`` and rows
-        whose ``max(x / T)`` is not finite give the greedy token.
+        whose ``max(x * (1 / T))`` is not finite give the greedy token.
         """
         m = self._rows(shard)
         dev = self.device

@@ -43,7 +43,7 @@ import triton.language as tl
 from . import ll
 from .finals import _gathered
 from .kernels import _load_at, _target
-from .keys import KEY_MIN, index, key, ordered32, value
+from .keys import KEY_MIN, index, inv_t, key, ordered32, scale, value
 from .nucleus import DONE, _decode, _mass, _score_keys, _tau
 
 
@@ -74,7 +74,7 @@ def _again_split(
     SLOTS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
-    s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+    s = scale(x, inv_t(t))
     sel = mask & (ordered32(s) >= lam)
     slot = tl.cumsum(sel.to(tl.int32), 0) - 1
     count = tl.sum(sel.to(tl.int32), 0)
@@ -125,7 +125,7 @@ def _again_row(
         valid = on & (cand != KEY_MIN)
         t = tl.load(t_ptr + row)
         s, h, u, _ = _decode(cand, t, valid, XBITS)
-        smax = tl.math.div_rn(value(tl.load(gbest_ptr + row)), tl.where(t > 0.0, t, 1.0))
+        smax = scale(value(tl.load(gbest_ptr + row)), inv_t(t))
         q = tl.where(valid, _mass(s, smax), 0)
         # Every element at or above lam is here, and their mass reaches thr.
         lo = tl.min(tl.where(valid, u, 1 << 32), 0)

@@ -50,12 +50,14 @@ from .keys import (
     KEY_MIN,
     LOW,
     index,
+    inv_t,
     key,
     kth_largest_in,
     ordered32,
     ordered_value,
     radix_bits,
     row_key,
+    scale,
     scores,
     top_select,
     value,
@@ -70,7 +72,8 @@ def topk_local(
 ):  # fmt: skip
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
     t = tl.load(t_ptr + row)
-    s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+    r = inv_t(t)
+    s = scale(x, r)
     sel = mask & (ordered32(s) >= tl.load(low_ptr + row))
     slot = tl.cumsum(sel.to(tl.int32), 0) - 1
     count = tl.sum(sel.to(tl.int32), 0)
@@ -117,7 +120,8 @@ def _overflow_split(
 ):  # fmt: skip
     row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     t = tl.load(t_ptr + row)
-    s = tl.math.div_rn(x, tl.where(t > 0.0, t, 1.0))
+    r = inv_t(t)
+    s = scale(x, r)
     h = ordered32(s)
     kr = row_k(k, row, ROWK)
     sel, slot, v, overflow = top_select(h, radix_bits(x, BITS), mask, kr, BITS)
@@ -125,7 +129,7 @@ def _overflow_split(
     floor = tl.full((), KEY_MIN, tl.int64)
     if overflow:
         eq = mask & (h == v)
-        g = scores(x, t, row_key(tl.load(seed_ptr + row)), gidx)[1]
+        g = scores(x, r, row_key(tl.load(seed_ptr + row)), gidx)[1]
         tie = tl.max(tl.where(eq, key(g, gidx), KEY_MIN), 0)
         left = tl.sum((eq & ~sel).to(tl.int32), 0).to(tl.int64)
         floor = (left << 32) | (v.to(tl.int64) & LOW)
@@ -184,7 +188,7 @@ def _topk_row(
         fh = (floor & LOW).to(tl.int32).to(tl.int64)
         kept = valid & (h >= cut)
         lo = cut
-        smax = tl.math.div_rn(value(gbest), tl.where(t > 0.0, t, 1.0))
+        smax = scale(value(gbest), inv_t(t))
         vcut = ordered_value(cut.to(tl.int32))
         if MINP:
             lmp = tl.load(logmp_ptr + row)
