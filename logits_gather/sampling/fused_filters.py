@@ -20,12 +20,16 @@ if TYPE_CHECKING:
 FINAL_WARPS = 8
 """Warps of top-p's final kernels (4096 candidate lanes at tp=2). On one H200, 16 warps
 ran nucleus_final in 16.7 us against 19.3 on 8, but returned a wrong token in the
-emulated tp=2 test (float16, per-row top_p); 32 took 19.8 (benchmarks/NOTES.md)."""
+emulated tp=2 test (float16, per-row top_p); 32 took 19.8 (benchmarks/NOTES.md). With
+the uniform polls of :mod:`.ll` (session 12) 16 warps still returned wrong decided rows
+in that test (float16 top_p=[M] at tp 2, 4 and 8; 8 warps: none) and ran no faster
+(15.4 against 14.9 us at M=64, two machine starts): the cause is not the poll, and is
+not known."""
 
 
 def xbits(dtype: torch.dtype) -> int:
     """Bits of the radix keys of x (:func:`.keys.radix_bits`) that the overflow writer
-    and the final kernels (:func:`.nucleus._decode`) use: 16 for bfloat16 inputs (their
+    and the final kernels (:func:`.masses._decode`) use: 16 for bfloat16 inputs (their
     values fill the top 16 of fp32's), else 32."""
     return 16 if dtype == torch.bfloat16 else 32
 

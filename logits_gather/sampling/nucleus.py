@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from . import ll
 from .finals import _row, _use_greedy
@@ -46,80 +45,17 @@ from .keys import (
     index,
     inv_t,
     key,
-    nlnl,
     ordered32,
-    radix_bits,
     row_key,
     scale,
     scores,
     value,
 )
+from .masses import _decode, _mass, _score_keys, _tau, _thr
 
-SCALE: tl.constexpr = tl.constexpr(1099511627776.0)  # 2**40, rng.MASS_SCALE
 HEAD: tl.constexpr = tl.constexpr(3)  # words before a split's candidate slots
 BINS: tl.constexpr = tl.constexpr(32)  # levels of 2 * (s_max - s): 0.5 apart, the last open
 DONE: tl.constexpr = tl.constexpr(0x7FFFFFFF)  # lam of a row round 1 decided
-
-
-@triton.jit
-def _mass(s, smax):
-    """The definition's ``floor(exp(s - s_max) * 2**40)`` as int64."""
-    return libdevice.floor(libdevice.exp(s - smax) * SCALE).to(tl.int64)
-
-
-@triton.jit
-def _thr(total, p):
-    """The definition's ``min(Z, max(1, ceil(float64(Z) * p)))``."""
-    thr = libdevice.ceil(total.to(tl.float64) * p).to(tl.int64)
-    return tl.minimum(tl.maximum(thr, 1), total)
-
-
-@triton.jit
-def _cut(h, q, lo, hi, thr):
-    """The largest level in ``[lo, hi)`` whose mass (``q`` at ``h`` at or above it)
-    reaches ``thr``, by bisection: the mass at or above ``lo`` must reach it, the mass
-    at or above ``hi`` must not."""
-    while hi - lo > 1:
-        mid = lo + (hi - lo) // 2
-        if tl.sum(tl.where(h >= mid, q, 0), 0) >= thr:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-@triton.jit
-def _tau(u, h, q, on, lo, hi, thr, default):
-    """:func:`_cut` over the x keys ``u`` of the ``on`` lanes (:func:`_decode`), as an
-    ``h`` level: ``h`` of the lanes at the x level found (``default`` if none). ``s`` is
-    monotone in ``x``, so the largest x level whose mass reaches ``thr`` holds the largest
-    such ``s`` level; over bfloat16 keys that takes at most 16 steps (``h``: about 25)."""
-    lo = _cut(u, q, lo, hi, thr)
-    return tl.max(tl.where(on & (u == lo), h, default), 0)
-
-
-@triton.jit
-def _decode(cand, t, valid, XBITS: tl.constexpr):
-    """``(s, h, u, bytes)`` of candidate keys ``key(s, j)``: ``h = ordered32(s)`` and
-    radix keys ``u`` ordered like ``h`` (int64 both) in ``[0, 2**(8 * bytes))``.
-    ``XBITS == 16`` (bfloat16 inputs): ``u`` is the radix key of ``x``, ``s * T`` rounded
-    to bfloat16 (to nearest even, in integer ops: the interpreter's cast truncates), when
-    every valid ``s`` equals ``x * (1 / T)`` again (then equal ``u`` means equal ``s``), and
-    ``bytes = 2``; otherwise ``u`` is ``h``'s 32 bits and ``bytes = 4``."""
-    s = value(cand)
-    h = ordered32(s)
-    u = (h.to(tl.uint32, bitcast=True) ^ 0x80000000).to(tl.int64)
-    nbytes = tl.full((), 4, tl.int32)
-    if XBITS == 16:
-        te = tl.where(t > 0.0, t, 1.0)
-        b = (s * te).to(tl.int32, bitcast=True)
-        x = ((b + 0x7FFF + ((b >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
-        back = scale(x, inv_t(t))
-        same = (back == s) | ((back != back) & (s != s))
-        if tl.min(tl.where(valid, same, True).to(tl.int32), 0) == 1:
-            u = radix_bits(x, 16).to(tl.int64)
-            nbytes = nbytes - 2
-    return s, h.to(tl.int64), u, nbytes
 
 
 @triton.jit
@@ -138,13 +74,6 @@ def _fits(level, keep, SLOTS: tl.constexpr):
     return lo
 
 
-@triton.jit
-def _score_keys(cand, seed_ptr, row):
-    """Gumbel score keys of candidate keys ``key(s, j)``."""
-    col = index(cand)
-    return key(value(cand) - nlnl(row_key(tl.load(seed_ptr + row)), col), col)
-
-
 @triton.jit(do_not_specialize=["own", "col0"])
 def nucleus_local(
     x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr, need_ptr, peers,
@@ -156,12 +85,12 @@ def nucleus_local(
     ``need_ptr``'s flags (``need``, ``more``) to False (program ``(0, 0)``)."""
     if full(N, BLOCK):
         _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr,
-            need_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, SLOTS, MINP, WORLD,
-            THREADS, True)  # fmt: skip
+                       need_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, SLOTS,
+                       MINP, WORLD, THREADS, True)  # fmt: skip
     else:
         _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr,
-            need_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, SLOTS, MINP, WORLD,
-            THREADS, False)  # fmt: skip
+                       need_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, SLOTS,
+                       MINP, WORLD, THREADS, False)  # fmt: skip
 
 
 @triton.jit

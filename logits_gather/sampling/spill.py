@@ -44,7 +44,8 @@ from . import ll
 from .finals import _gathered
 from .kernels import _load_at, _target
 from .keys import KEY_MIN, index, inv_t, key, ordered32, scale, value
-from .nucleus import DONE, _decode, _mass, _score_keys, _tau
+from .masses import _decode, _mass, _score_keys, _tau
+from .nucleus import DONE
 
 
 @triton.jit(do_not_specialize=["own", "col0"])

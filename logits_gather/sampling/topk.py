@@ -33,7 +33,7 @@ them (``tau`` by bisection), and the token is the best score among the kept elem
 at or above ``tau``. No fallback is needed.
 
 The cut and ``tau`` are searched over radix keys ordered like ``s``
-(:func:`.nucleus._decode`): for bfloat16 inputs, 16-bit keys of ``x`` recovered from
+(:func:`.masses._decode`): for bfloat16 inputs, 16-bit keys of ``x`` recovered from
 ``s`` (two radix rounds instead of four, at most 16 bisection steps instead of about
 25), checked per row; else ``ordered32(s)``'s 32 bits.
 """
@@ -45,7 +45,7 @@ import triton.language as tl
 
 from . import ll
 from .finals import _row, _use_greedy, row_k
-from .kernels import _load_at, _load_row, _target
+from .kernels import _load_at, _load_row, _target, full
 from .keys import (
     KEY_MIN,
     LOW,
@@ -62,7 +62,7 @@ from .keys import (
     top_select,
     value,
 )
-from .nucleus import _decode, _mass, _score_keys, _tau, _thr
+from .masses import _decode, _mass, _score_keys, _tau, _thr
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -70,7 +70,21 @@ def topk_local(
     x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, KP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+    if full(N, BLOCK):  # see kernels.full: 36 instead of 40 instructions per element
+        _topk_local(x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own,
+                    N, col0, BLOCK, KP, WORLD, THREADS, True)  # fmt: skip
+    else:
+        _topk_local(x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own,
+                    N, col0, BLOCK, KP, WORLD, THREADS, False)  # fmt: skip
+
+
+@triton.jit
+def _topk_local(
+    x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own, N, col0,
+    BLOCK: tl.constexpr, KP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    FULL: tl.constexpr,
+):  # fmt: skip
+    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
     t = tl.load(t_ptr + row)
     r = inv_t(t)
     s = scale(x, r)
