@@ -64,7 +64,8 @@ def variants():
         yield "scores_kernel", K.scores_kernel, x, {"BLOCK": 4096}, 8
         yield "minp_local", K.minp_local, x, local, 8
         for np_ in (0, 32):
-            yield f"logprobs_local NP={np_}", K.logprobs_local, x, dict(local, NP=np_), 8
+            consts = dict(local, NP=np_, XBITS=bits)
+            yield f"logprobs_local NP={np_}", K.logprobs_local, x, consts, 8
         for minp in (False, True):
             narrow = dict(local, BLOCK=2048, THREADS=128, SLOTS=55, MINP=minp)
             yield f"nucleus_local MINP={minp}", N.nucleus_local, x, narrow, 4

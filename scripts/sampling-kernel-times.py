@@ -82,8 +82,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         "greedy": (f.k.greedy_local, (), "greedy", 0, (), {}),
         "sample": (f.k.sample_local, (t, seed), "sample", 0, (), {}),
         "topk_probe G=8": (f.k.topk_probe, (), "probe", 8, (), {"G": 8}),
-        "logprobs": (f.k.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0}),
-        "logprobs_n5": (f.k.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8}),
+        "logprobs": (f.k.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0, "XBITS": 16}),
+        "logprobs_n5": (f.k.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8, "XBITS": 16}),
     }
     lam = torch.empty(m, dtype=torch.int32, device=device)
     topp_flags = torch.empty(2, dtype=torch.bool, device=device)  # need, more

@@ -159,9 +159,23 @@ def _logprobs_row(
     c = tl.arange(0, CAND)
     ok = c < C
     at = (c // S) * RW + 1 + (c % S) * (1 + NP)
-    ep, rowbox, pairs = _gathered(
-        box, epoch, pstride, relems, status, timeout_us, row, at, ok, THREADS, TRAP
-    )
+    ep, rowbox = _row(box, epoch, pstride, relems, row)
+    tok = tl.load(ids_ptr + row)
+    owner = tl.minimum(tl.maximum(tok // N, 0), W - 1).to(tl.int32)
+    # One poll for every word (one memory round trip once they are in, not three in
+    # turn): [CAND, J] lanes of the splits' top-n keys (NP > 0), joined with lanes whose
+    # column 0 is each split's (max, sum) pair and whose lane (0, 1) is the token's logit
+    # (its owner's head word).
+    J: tl.constexpr = NP if NP > 1 else 2
+    j = tl.arange(0, J)[None, :]
+    cc = c[:, None]
+    ih = tl.where(j == 0, at[:, None], owner * RW)
+    mh = ((j == 0) & ok[:, None]) | ((j == 1) & (cc == 0))
+    mk = ok[:, None] & (j < NP)
+    keys, heads = tl.split(ll.wait(rowbox, tl.join(at[:, None] + 1 + j, ih), tl.join(mk, mh),
+                                   ep, timeout_us, status, THREADS, TRAP))  # fmt: skip
+    pairs = tl.sum(tl.where(j == 0, heads, 0), 1)
+    tw = tl.sum(tl.sum(tl.where((j == 1) & (cc == 0), heads, 0), 1), 0)
     maxima = (pairs & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     maxima = tl.where(ok, maxima, float("-inf"))
     sums = tl.where(ok, (pairs >> 32).to(tl.int32).to(tl.float32, bitcast=True), 0.0)
@@ -169,17 +183,10 @@ def _logprobs_row(
     # tl.max skips NaN; a NaN logit makes its split's sum NaN, and so the result.
     total = tl.sum(tl.where(ok, sums * libdevice.exp(maxima - big), 0.0), 0)
     lse = libdevice.log(total)
-    tok = tl.load(ids_ptr + row)
-    owner = tl.minimum(tl.maximum(tok // N, 0), W - 1)
-    two = tl.arange(0, 2)
-    tw = ll.wait(rowbox, owner * RW + two * 0, two < 1, ep, timeout_us, status, THREADS, TRAP)
-    logit = tl.sum(tl.where(two < 1, tw, 0), 0).to(tl.int32).to(tl.float32, bitcast=True)
+    logit = tw.to(tl.int32).to(tl.float32, bitcast=True)
     tl.store(lp_ptr + row, logit - big - lse)
     if NP > 0:
-        j = tl.arange(0, NP)[None, :]
-        keys = ll.wait(rowbox, at[:, None] + 1 + j, ok[:, None], ep, timeout_us, status, THREADS,
-                       TRAP)  # fmt: skip
-        keys = tl.where(ok[:, None], keys, KEY_MIN)
+        keys = tl.where(mk, keys, KEY_MIN)
         r = 0
         while r < n:  # n rounds of "take the largest key"; keys are unique
             best = tl.max(tl.max(keys, 1), 0)

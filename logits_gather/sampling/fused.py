@@ -186,7 +186,8 @@ class Fused:
         m = shard.shape[0]
         npad = room(n) if n else 0
         geo = self.geometry("logprobs", npad)
-        mb = self._local(self.k.logprobs_local, shard, (ids,), "logprobs", npad, (n,), {"NP": npad})
+        consts = {"NP": npad, "XBITS": fused_filters.xbits(shard.dtype)}
+        mb = self._local(self.k.logprobs_local, shard, (ids,), "logprobs", npad, (n,), consts)
         lp = self._new(shard, torch.float32)
         top_ids = torch.empty(m, n, dtype=torch.int64, device=shard.device)
         top_lp = torch.empty(m, n, dtype=torch.float32, device=shard.device)
