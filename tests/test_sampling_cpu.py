@@ -361,6 +361,28 @@ def test_reference_tie_rules() -> None:
     assert got.tolist() == [0, 3, 0]
 
 
+def test_scores_are_x_times_the_rounded_reciprocal() -> None:
+    """The definition's scores: ``x * RN(1 / T)`` in IEEE fp32, each product rounded once
+    (numpy's float32 arithmetic as the independent side), ``T <= 0`` read as 1, ``x``
+    itself at ``T = 1``; not ``x / T``, which differs in some elements."""
+    import numpy as np
+
+    from logits_gather.sampling import rng
+
+    gen = torch.Generator().manual_seed(random.randrange(2**31))
+    x = (torch.randn(5, 4096, generator=gen) * 7).to(torch.bfloat16)
+    t = torch.tensor([0.7, 0.0, 1.0, 3.3, -2.0])
+    got = rng.scaled(x, t[:, None]).numpy().view(np.int32)
+    tn = np.where(t.numpy() > 0, t.numpy(), np.float32(1.0)).astype(np.float32)
+    r = (np.float32(1.0) / tn).astype(np.float32)
+    want = (x.float().numpy() * r[:, None]).astype(np.float32)
+    assert np.array_equal(got, want.view(np.int32))
+    for row in (1, 2, 4):  # T = 0, 1 and -2: s = x
+        assert np.array_equal(got[row], x[row].float().numpy().view(np.int32)), row
+    divided = (x.float().numpy() / tn[:, None]).astype(np.float32).view(np.int32)
+    assert (got[0] != divided[0]).any() or (got[3] != divided[3]).any()
+
+
 def test_fused_path_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fused path serves up to MAX_WORLD ranks unless LOGITS_GATHER_SAMPLING_FUSED says
     otherwise (1: any tp, 0: never), and says why when it is off."""
