@@ -262,10 +262,9 @@ def _top_n(x, mask, gidx, start, n, BLOCK: tl.constexpr, THREADS: tl.constexpr,
            XBITS: tl.constexpr):  # fmt: skip
     """Lanes (:func:`.ll.lanes_init`) of the ``n`` largest keys ``key(x, j)`` of the split
     whose first column is ``start`` (KEY_MIN past its valid elements), one block-wide
-    pass per key. ``XBITS == 16``
-    (bfloat16): a key is one int32, x's 16-bit radix key over the column's offset in the
-    split, so each pass is one int32 max and one select per element (the general form
-    takes an int32 max, an index min and two selects)."""
+    pass per key. ``XBITS == 16`` (bfloat16): a key is one int32, x's 16-bit radix key
+    over the column's offset in the split, so each pass is one int32 max and one select
+    per element (the general form takes an int32 max, an index min and two selects)."""
     lanes = ll.lanes_init(THREADS)
     MIN: tl.constexpr = -0x7FFFFFFF - 1
     if XBITS == 16:

@@ -22,14 +22,11 @@ far more at 4096 elements.
 
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-HW: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
-"""Compiled (not the interpreter, which has no ``libdevice.mul_rn``)."""
+from .ll import HW  # compiled, not the interpreter (which has no libdevice.mul_rn)
 
 GAMMA: tl.constexpr = tl.constexpr(0x9E3779B97F4A7C15)
 MIX1: tl.constexpr = tl.constexpr(0xBF58476D1CE4E5B9)
