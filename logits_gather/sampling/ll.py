@@ -251,6 +251,14 @@ def wait(
 
 
 @triton.jit
+def wait2(row_ptr, ia, ib, ma, mb, ep, timeout_us, status, THREADS: tl.constexpr,
+          TRAP: tl.constexpr):  # fmt: skip
+    """:func:`wait` for two index sets of one shape (masks ``ma``, ``mb``) in one poll."""
+    w = wait(row_ptr, tl.join(ia, ib), tl.join(ma, mb), ep, timeout_us, status, THREADS, TRAP)
+    return tl.split(w)
+
+
+@triton.jit
 def wait3(row_ptr, ia, ib, ic, mask, ep, timeout_us, status, THREADS: tl.constexpr,
           TRAP: tl.constexpr):  # fmt: skip
     """:func:`wait` for three index sets of one shape and ``mask`` at once: one poll, so
