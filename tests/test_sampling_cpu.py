@@ -425,9 +425,13 @@ def test_fused_topk_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_fused_launch_geometry(world: int, columns: int) -> None:
     """The fused kernels' launch geometry (pure arithmetic, no Triton needed): splits
     cover the shard, the waiting kernels' block covers every split, top-k's groups bound
-    k, and no radix-select kernel runs more threads than elements (replicated elements
-    gave wrong top_k tokens on GPUs: benchmarks/NOTES.md, session 3)."""
+    k, no radix-select kernel runs more threads than elements (replicated elements
+    gave wrong top_k tokens on GPUs: benchmarks/NOTES.md, session 3), and no kernel runs
+    more than 8 warps (ptxas miscompiled a 16-warp nucleus_final: session 13)."""
     from logits_gather.sampling.fused import NARROW, WIDE, Geometry
+    from logits_gather.sampling.fused_filters import FINAL_WARPS
+
+    assert FINAL_WARPS <= 8
 
     for block, warps in (WIDE, NARROW):
         geo = Geometry.of(columns, world, block, warps)
@@ -440,6 +444,7 @@ def test_fused_launch_geometry(world: int, columns: int) -> None:
             assert 32 * plan.probe >= 2 * (1 + plan.g)
             assert 32 * plan.reduce <= max(32, geo.cand * plan.g)
             assert 32 * plan.final <= max(32, geo.cand * plan.kp)
+            assert max(geo.warps, plan.probe, plan.reduce, plan.final) <= 8
 
 
 def test_fused_radix_key_bits() -> None:

@@ -18,13 +18,16 @@ if TYPE_CHECKING:
 
 
 FINAL_WARPS = 8
-"""Warps of top-p's final kernels (4096 candidate lanes at tp=2). On one H200, 16 warps
-ran nucleus_final in 16.7 us against 19.3 on 8, but returned a wrong token in the
-emulated tp=2 test (float16, per-row top_p); 32 took 19.8 (benchmarks/NOTES.md). With
-the uniform polls of :mod:`.ll` (session 12) 16 warps still returned wrong decided rows
-in that test (float16 top_p=[M] at tp 2, 4 and 8; 8 warps: none) and ran no faster
-(15.4 against 14.9 us at M=64, two machine starts): the cause is not the poll, and is
-not known."""
+"""Warps of top-p's final kernels (4096 candidate lanes at tp=2); no fused kernel runs
+more than 8 (``tests/test_sampling_cpu.py``). At 16, nucleus_final's optimised machine
+code is wrong: on the same mailbox words, float16 and float32 rows with no valid
+candidate took the decided branch (token 2**32 - 1) or computed a round-2 level, where
+8 warps (also when capped at 128 registers with ``maxnreg``) and 4 warps said
+"undecided". The same PTX through ``ptxas --opt-level 0`` gave the right rows, levels 1
+to 3 the wrong ones, and a copy that stored its intermediate values was right: a ptxas
+fault, or undefined behaviour in the PTX that only its optimiser exploits (not found;
+benchmarks/NOTES.md, session 13). 16 warps were also no faster (15.4 against 14.9 us at
+M=64 on one H200)."""
 
 
 def xbits(dtype: torch.dtype) -> int:
