@@ -427,7 +427,8 @@ def test_fused_launch_geometry(world: int, columns: int) -> None:
     cover the shard, the waiting kernels' block covers every split, top-k's groups bound
     k, no radix-select kernel runs more threads than elements (replicated elements
     gave wrong top_k tokens on GPUs: benchmarks/NOTES.md, session 3), and no kernel runs
-    more than 8 warps (ptxas miscompiled a 16-warp nucleus_final: session 13)."""
+    more than 8 warps (a 16-warp nucleus_final's optimised code returned wrong rows:
+    FINAL_WARPS, session 13)."""
     from logits_gather.sampling.fused import NARROW, WIDE, Geometry
     from logits_gather.sampling.fused_filters import FINAL_WARPS
 
