@@ -192,3 +192,74 @@ def test_check_covers_exchanges() -> None:
     """A timeout in an exchange of the torch-ops path (the fallback's) makes the sampler's
     ``check()`` raise, as a fused kernel's does."""
     assert run_ranks(_check_covers_exchanges, 1) == ["ok"]
+
+
+class _Run:
+    """Stands in for a compiled kernel's launcher (``CompiledKernel.run``)."""
+
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid = launch_pdl = False
+
+    def __init__(self, log: list) -> None:
+        self.log, self.fail = log, False
+
+    def launch(self, *args) -> None:
+        if self.fail:
+            raise RuntimeError("stale launcher (test)")
+        self.log.append(args)
+
+    __call__ = launch
+
+
+class _Bindable:
+    """A JITFunction stand-in whose launch returns a compiled kernel with a C launcher."""
+
+    def __init__(self, log: list) -> None:
+        self.compiled = type("CK", (), {})()
+        self.compiled.run = _Run(log)
+        self.compiled.function, self.compiled.packed_metadata = "fn", "meta"
+        self.log = log
+
+    def __getitem__(self, grid):
+        def jit(*args, num_warps, **consts):
+            self.log.append(("jit", grid, args))
+            return self.compiled
+
+        return jit
+
+
+def test_bound_launch_fixes_all_but_the_free_arguments(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a first launch, ``bind`` gives the compiled kernel's C launch with every
+    argument after the free ones fixed (tensors as their addresses: the C launcher then
+    neither calls ``data_ptr`` nor asks the driver about them); ``fast`` launches it on
+    the launcher's device and stream. A bound launch that fails returns False (the caller
+    then launches through the JIT route), which serves from then on (logged once):
+    nothing binds afterwards."""
+    from logits_gather.sampling import launcher as launcher_mod
+
+    monkeypatch.setattr(launcher_mod, "_get_device", lambda: 0)
+    log: list = []
+    launch = launcher_mod.Launcher(0)
+    launch._stream = lambda index: 1000 + index
+    fn = _Bindable(log)
+    frozen = torch.arange(4)
+    args = (torch.zeros(2), 7, frozen, 5)
+    assert launch.bind(fn, 3, args, {"K": 2}, 4, 2) is None  # never launched: nothing bound
+    launch(fn, (9, 3), args, {"K": 2}, 4)
+    assert log == [("jit", (9, 3), args)]
+    bound = launch.bind(fn, 3, args, {"K": 2}, 4, 2)
+    assert bound is not None
+    assert launch.bind(fn, 3, args, {"K": 8}, 4, 2) is None  # another constexpr: not compiled
+    log.clear()
+    assert launch.fast(bound, 6, (111, 7))
+    head = ("fn", False, False, None, None, "meta", None, None, None)
+    assert log == [(6, 3, 1, 1000, *head, 111, 7, frozen.data_ptr(), 5, 2)]
+    log.clear()
+    fn.compiled.run.fail = True
+    with caplog.at_level(logging.WARNING, logger=launcher_mod.__name__):
+        assert not launch.fast(bound, 6, (111, 7))
+    assert log == []
+    assert "bound Triton launch failed" in caplog.records[0].getMessage()
+    assert launch.bind(fn, 3, args, {"K": 2}, 4, 2) is None

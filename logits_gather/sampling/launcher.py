@@ -28,6 +28,19 @@ def _spec(a: Any) -> Any:
     return type(a)
 
 
+class Bound:
+    """A compiled kernel with every argument but the first few fixed (:meth:`Launcher.bind`):
+    one call of Triton's C launcher, no per-argument Python."""
+
+    __slots__ = ("_grid1", "_head", "_launch", "_tail")
+
+    def __init__(self, launch: Callable[..., Any], grid1: int, head: tuple, tail: tuple) -> None:
+        self._launch, self._grid1, self._head, self._tail = launch, grid1, head, tail
+
+    def __call__(self, grid0: int, stream: int, free: tuple) -> None:
+        self._launch(grid0, self._grid1, 1, stream, *self._head, *free, *self._tail)
+
+
 class Launcher:
     """Launches a Triton kernel, skipping the JIT dispatch (10-20 us of host time) after
     the first call of each specialisation: the compiled kernel is cached under the same
@@ -65,17 +78,64 @@ class Launcher:
         else:
             self._launch(fn, grid, args, consts, warps)
 
-    def _launch(
-        self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
-    ) -> None:
-        values = tuple(consts.values())
-        key = [id(fn), grid[1], warps, values]  # id: a JITFunction's own hash runs Python
+    @staticmethod
+    def _key(fn: Any, grid1: int, args: tuple, values: tuple, warps: int) -> tuple:
+        key = [id(fn), grid1, warps, values]  # id: a JITFunction's own hash runs Python
         for a in args:  # ints inlined: this runs for every argument of every launch
             if a.__class__ is int:
                 key += (a == 1, not a & 15, a.bit_length() > 31)
             else:
                 key.append(_spec(a))
-        key = tuple(key)
+        return tuple(key)
+
+    def bind(
+        self, fn: Any, grid1: int, args: tuple, consts: dict[str, int], warps: int, free: int
+    ) -> Bound | None:
+        """The compiled kernel that a launch of ``fn`` with these arguments used (so
+        launch it through :meth:`__call__` first), bound to every argument after the
+        first ``free`` ones (tensors as their addresses); None when there is none
+        (Triton's JIT route only). The caller keys what it binds on whatever Triton
+        specialises in the free arguments (see :func:`_spec`)."""
+        if self._jit_only:
+            return None
+        values = tuple(consts.values())
+        entry = self._cache.get(self._key(fn, grid1, args, values, warps))
+        if entry is None:
+            return None
+        launch, head = entry
+        tail = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args[free:])
+        return Bound(launch, grid1, head, tail + values)
+
+    def fast(self, bound: Bound, grid0: int, free: tuple) -> bool:
+        """Launches ``bound`` on ``grid0`` rows with its ``free`` arguments (addresses and
+        ints: Triton's launcher neither calls ``data_ptr`` nor asks the driver about an
+        int), on this launcher's device and that device's current stream. If that fails,
+        logs it once, uses Triton's JIT route from then on and returns False (the caller
+        then launches the same work through :meth:`__call__`)."""
+        index = self._index
+        try:
+            if index is None:
+                bound(grid0, self._stream(_get_device()), free)
+            elif _get_device() != index:
+                with torch.cuda.device(index):
+                    bound(grid0, self._stream(index), free)
+            else:
+                bound(grid0, self._stream(index), free)
+        except Exception:  # noqa: BLE001 - the JIT route still works
+            log.warning(
+                "logits_gather.sampling: bound Triton launch failed; using Triton's JIT "
+                "dispatch from now on",
+                exc_info=True,
+            )
+            self._jit_only = True
+            return False
+        return True
+
+    def _launch(
+        self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
+    ) -> None:
+        values = tuple(consts.values())
+        key = self._key(fn, grid[1], args, values, warps)
         entry = None if self._jit_only else self._cache.get(key)
         if entry is not None:
             launch, head = entry
@@ -133,4 +193,4 @@ class Launcher:
         return direct, (ck.function, coop, pdl, None, None, *hooks)
 
 
-__all__ = ["JIT_ENV", "Launcher"]
+__all__ = ["JIT_ENV", "Bound", "Launcher"]
