@@ -19,7 +19,9 @@ from triton.compiler import ASTSource, compile
 
 from logits_gather.sampling import finals as F
 from logits_gather.sampling import kernels as K
+from logits_gather.sampling import logprob_writer as L
 from logits_gather.sampling import nucleus as N
+from logits_gather.sampling import single as O
 from logits_gather.sampling import spill as S
 from logits_gather.sampling import topk as T
 from logits_gather.sampling.polls import warp_local_polls
@@ -33,7 +35,7 @@ TYPES = {
     "out_ptr": I64P, "lp_ptr": F32P, "top_ids_ptr": I64P, "top_lp_ptr": F32P, "s_ptr": F32P,
     "g_ptr": F32P, "low_ptr": "*i32", "peers": I64P, "epoch": "*i32", "box": I64P, "status": "i64",
     "pstride": "i64", "relems": "i32", "p_ptr": "*fp64", "need_ptr": "*i1", "flags": "*i32",
-    "lam_ptr": "*i32", "thr_ptr": I64P, "seen_ptr": "*i32",
+    "lam_ptr": "*i32", "thr_ptr": I64P, "seen_ptr": "*i32", "arrivals": "*i32",
 }  # fmt: skip
 
 
@@ -65,12 +67,19 @@ def variants():
         yield "minp_local", K.minp_local, x, local, 8
         for np_ in (0, 32):
             consts = dict(local, NP=np_, XBITS=bits)
-            yield f"logprobs_local NP={np_}", K.logprobs_local, x, consts, 8
+            yield f"logprobs_local NP={np_}", L.logprobs_local, x, consts, 8
         for minp in (False, True):
             narrow = dict(local, BLOCK=2048, THREADS=128, SLOTS=55, MINP=minp)
             yield f"nucleus_local MINP={minp}", N.nucleus_local, x, narrow, 4
         again = dict(local, BLOCK=2048, THREADS=128, SLOTS=55)
         yield "again_local", S.again_local, x, again, 4
+        one = dict(local, CAND=64, TRAP=True)  # one launch (single.py), tp=2's geometries
+        yield "greedy_one", O.greedy_one, x, dict(one, KEY=False), 8
+        yield "greedy_one KEY", O.greedy_one, x, dict(one, KEY=True), 8
+        one_narrow = dict(one, BLOCK=2048, THREADS=128, CAND=128)
+        yield "sample_one", O.sample_one, x, one_narrow, 4
+        yield "logprobs_one NP=0", O.logprobs_one, x, dict(one, NP=0, XBITS=bits), 8
+        yield "logprobs_one NP=8", O.logprobs_one, x, dict(one_narrow, NP=8, XBITS=bits), 4
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
@@ -100,6 +109,9 @@ def variants():
     tf = dict(final, CAND=8, KP=2, THREADS=256, TOPP=1, MINP=1, ROWK=1, XBITS=16)
     yield "topk_final small", T.topk_final, None, tf, 8
     yield "logprobs_final small", F.logprobs_final, None, dict(final, CAND=8, NP=8, THREADS=128), 4
+    one = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256, "CAND": 8, "TRAP": True}
+    yield "greedy_one small", O.greedy_one, "*bf16", dict(one, KEY=False), 8
+    yield "logprobs_one small", O.logprobs_one, "*bf16", dict(one, NP=0, XBITS=16), 8
 
 
 def _usage(cubin: bytes) -> tuple[int, int]:

@@ -2,8 +2,10 @@
 
 ``PYTHONPATH=. python scripts/sampling-host-cost.py [--profile]`` prints microseconds
 per call over bursts of back-to-back calls (no sync inside a burst, M=4, so the GPU
-keeps up and the host is what is timed); ``--profile`` adds cProfile's top entries for
-greedy and logprobs. Machines vary between starts: compare within one run.
+keeps up and the host is what is timed), then greedy, sample and logprobs again as two
+launches instead of one (:mod:`logits_gather.sampling.single`); ``--profile`` adds
+cProfile's top entries for greedy and logprobs. Machines vary between starts: compare
+within one run.
 """
 
 from __future__ import annotations
@@ -57,9 +59,14 @@ def main() -> None:
         "torch.argmax (for scale)": lambda: x.argmax(1),
         "torch.empty (for scale)": lambda: torch.empty(m, dtype=torch.int64, device=dev),
     }
-    print(f"fused path: {s._fused is not None}")
+    print(f"fused path: {s._fused is not None}, one launch up to M={s._fused.single_rows}")
     for name, fn in ops.items():
         print(f"{name:<26}{_time(fn):8.2f} us per call")
+    one = s._fused.single_rows
+    s._fused.single_rows = 0  # the same calls as two launches (single.py's A/B)
+    for name in ("greedy", "sample", "logprobs", "logprobs top_n=5"):
+        print(f"{name + ', two launches':<26}{_time(ops[name]):8.2f} us per call")
+    s._fused.single_rows = one
     if "--profile" in sys.argv:
         for name in ("greedy", "logprobs"):
             prof = cProfile.Profile()

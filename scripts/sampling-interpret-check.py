@@ -29,9 +29,9 @@ from logits_gather.sampling import (  # noqa: E402
     finals,
     fused,
     geometry,
-    kernels,
     keys,
     launcher,
+    logprob_writer,
     masses,
     reference,
     rng,
@@ -44,7 +44,7 @@ CPU = torch.device("cpu")
 # The interpreter has no libdevice: tl.math's log, exp, floor and ceil are numpy's there
 # (so this checks the logic, not the GPU's bits).
 _Libdevice = tl.math
-kernels.libdevice = _Libdevice
+logprob_writer.libdevice = _Libdevice
 keys.libdevice = _Libdevice
 finals.libdevice = _Libdevice
 masses.libdevice = _Libdevice
@@ -60,7 +60,9 @@ def _locked(self, *args):
 launcher.Launcher.__call__ = _locked
 
 
-def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
+def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: bool = False) -> int:
+    """``single``: greedy, sample and logprobs as one launch (:mod:`.single`; world 1 only:
+    here a waiting program cannot wait for a kernel that runs after its own)."""
     gen = torch.Generator().manual_seed(seed)
     v = n * world
     full = torch.randn(m, v, generator=gen) * 3
@@ -124,7 +126,8 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
         return box
 
     barrier = threading.Barrier(world)
-    fs = [fused.Fused(n, world, r, box_for(r), False, 2) for r in range(world)]  # 2: row loops
+    one = m if single else 0
+    fs = [fused.Fused(n, world, r, box_for(r), False, 2, single_rows=one) for r in range(world)]
     for f in fs:
         real = f._final
 
@@ -189,7 +192,8 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16) -> int:
                     print(lp, want.logprobs, tid, want.top_ids)
             mix = isinstance(arg, tuple) and any(isinstance(a, torch.Tensor) for a in arg)
             tag = "mixed" if mix else arg
-            print(f"world={world} n={n} m={m} {op} {tag} rank {r}: {'ok' if ok else 'FAIL'}")
+            how = " (one launch)" if single else ""
+            print(f"world={world} n={n} m={m} {op} {tag}{how} rank {r}: {'ok' if ok else 'FAIL'}")
             fails += not ok
     print(
         f"top-p rows left to round 2: {spilled}, of which it decided {rescued}; "
@@ -278,6 +282,8 @@ def main() -> int:
         (3, 5000, 8, torch.bfloat16),
     ):
         fails += run(world, n, m, random.randrange(2**31), dtype)
+    for n, m, dtype in ((300, 5, torch.bfloat16), (9000, 6, torch.float16)):
+        fails += run(1, n, m, random.randrange(2**31), dtype, single=True)
     # One program per row for the idle writers (topk_overflow, again_local), so each
     # serves several splits in turn, as at M > 32 on GPUs: row 7 reaches top-p's round
     # 2 and rows 0 and 4 overflow top-k's slots.

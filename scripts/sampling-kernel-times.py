@@ -6,7 +6,8 @@ A one-rank sampler over ``columns`` columns (the per-rank work of tp=2 at
 V=151552) with a local mailbox. For each operation it prints microseconds per
 launch under CUDA-graph replay of: the local kernel alone (it may be replayed:
 it does not advance epochs), and the whole operation (local and final kernels;
-the final's cost is the difference). ``--kernels`` also prints each whole operation's
+the final's cost is the difference), and greedy, sample, logprobs and min-p again as
+one launch (:mod:`logits_gather.sampling.single`). ``--kernels`` also prints each whole operation's
 kernels with their GPU times (torch.profiler). No NVLink: add the exchange's latency.
 """
 
@@ -82,8 +83,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         "greedy": (f.k.greedy_local, (), "greedy", 0, (), {}),
         "sample": (f.k.sample_local, (t, seed), "sample", 0, (), {}),
         "topk_probe G=8": (f.k.topk_probe, (), "probe", 8, (), {"G": 8}),
-        "logprobs": (f.k.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0, "XBITS": 16}),
-        "logprobs_n5": (f.k.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8, "XBITS": 16}),
+        "logprobs": (f.lw.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0, "XBITS": 16}),
+        "logprobs_n5": (f.lw.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8, "XBITS": 16}),
     }
     lam = torch.empty(m, dtype=torch.int32, device=device)
     topp_flags = torch.empty(2, dtype=torch.bool, device=device)  # need, more
@@ -129,6 +130,10 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         if KERNELS:
             parts = " ".join(f"{k}={us:.1f}" for k, us in _kernels(fn))
             print(f"M={m} {name} ({out[f'{name} all']:.1f} us): {parts}", flush=True)
+    f.single_rows, f.single_in_graphs = m, True  # the same as one launch each (single.py)
+    for name in ("greedy", "sample", "logprobs", "logprobs_n5", "sample_minp"):
+        out[f"{name} one launch"] = _time(whole[name])
+    f.single_rows, f.single_in_graphs = 0, False
     return out
 
 
@@ -161,7 +166,7 @@ def main() -> None:
     for config in args.configs.split(",") if args.configs else [None]:
         if config is not None:
             fused.WIDE = fused.NARROW = tuple(int(v) for v in config.split("x"))
-        f = Ranks(1, args.columns, max(rows), device, wait_ctas=0).fused[0]
+        f = Ranks(1, args.columns, max(rows), device, wait_ctas=0, single_rows=0).fused[0]
         print(f"columns={args.columns} wide={f.wide} narrow={f.narrow} (us, graph replay)")
         print(f"{'operation':<24}" + "".join(f"{'M=' + str(m):>10}" for m in rows))
         table: dict[str, list[float]] = {}

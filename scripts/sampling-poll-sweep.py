@@ -20,6 +20,7 @@ from triton.compiler import ASTSource, compile
 
 from logits_gather.sampling import finals as F
 from logits_gather.sampling import nucleus as N
+from logits_gather.sampling import single as O
 from logits_gather.sampling import spill as S
 from logits_gather.sampling import topk as T
 from logits_gather.sampling.fused import NARROW, NUCLEUS_LANES, WIDE
@@ -38,7 +39,8 @@ TOP_NS = (1, 2, 5, 8, 20)  # logprobs top_n values
 
 
 def finals(columns: int, world: int):
-    """(name, kernel, constexprs, warps) of every multi-warp final kernel at one geometry."""
+    """(name, kernel, constexprs, warps) of every multi-warp kernel that waits, at one
+    geometry."""
     wide, narrow = Geometry.of(columns, world, *WIDE), Geometry.of(columns, world, *NARROW)
     base = {"TRAP": True}
     for k in KS:
@@ -62,6 +64,15 @@ def finals(columns: int, world: int):
     for n in TOP_NS:
         lp = dict(base, CAND=narrow.cand, NP=room(n))
         yield f"logprobs_final top_n={n}", F.logprobs_final, lp, 4
+    # The one-launch kernels (single.py) wait inside their writers' geometry.
+    one = dict(base, BLOCK=wide.block, WORLD=world, CAND=wide.cand)
+    one_n = dict(base, BLOCK=narrow.block, WORLD=world, CAND=narrow.cand)
+    yield "greedy_one", O.greedy_one, dict(one, KEY=False), wide.warps
+    yield "sample_one", O.sample_one, one_n, narrow.warps
+    yield "logprobs_one top_n=0", O.logprobs_one, dict(one, NP=0, XBITS=16), wide.warps
+    for n in TOP_NS:
+        lp = dict(one_n, NP=room(n), XBITS=16)
+        yield f"logprobs_one top_n={n}", O.logprobs_one, lp, narrow.warps
 
 
 def main() -> int:
@@ -83,7 +94,7 @@ def main() -> int:
                 continue
             seen.add(key)
             ck = compile(
-                ASTSource(fn=fn, signature=check._sig(fn, None, const), constexprs=const),
+                ASTSource(fn=fn, signature=check._sig(fn, "*bf16", const), constexprs=const),
                 target=check.TARGET,
                 options={"num_warps": warps},
             )

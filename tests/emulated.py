@@ -29,6 +29,8 @@ class Box:
         self.parity_stride = capacity * self.row_elems
         self.data = torch.zeros(2 * self.parity_stride, dtype=torch.int64, device=device)
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
+        self.arrivals = torch.zeros(capacity, dtype=torch.int32, device=device)
+        self.plans: dict[tuple, object] = {}
         pinned = device.type == "cuda"
         self.status = torch.zeros(4, dtype=torch.int32, pin_memory=pinned)
         self.status_ptr = self.status.data_ptr()
@@ -54,15 +56,30 @@ class Ranks:
         *,
         timeout_s: float = 20.0,
         wait_ctas: int | None = None,
+        single_rows: int | None = None,
     ) -> None:
         self.world, self.columns, self.capacity, self.device = world, columns, capacity, device
         self.timeout_s = timeout_s
         self._boxes: dict[int, list[Box]] = {}
-        if wait_ctas is None and device.type == "cuda":  # 0: one CTA per row
+        half = 0
+        if device.type == "cuda":  # half the SMs wait, the rest write
             sms = torch.cuda.get_device_properties(device).multi_processor_count
-            wait_ctas = max(1, sms // (2 * world))  # half the SMs wait, the rest write
+            half = max(1, sms // (2 * world))
+        if wait_ctas is None:  # 0: one CTA per row
+            wait_ctas = half
+        if single_rows is None:  # one launch (single.py) up to this M, as the sampler's rule
+            single_rows = half
         self.fused = [
-            fused.Fused(columns, world, r, self._box_for(r), False, wait_ctas or None, device.index)
+            fused.Fused(
+                columns,
+                world,
+                r,
+                self._box_for(r),
+                False,
+                wait_ctas or None,
+                device.index,
+                single_rows=single_rows,
+            )  # fmt: skip
             for r in range(world)
         ]
         cuda = device.type == "cuda"
@@ -103,6 +120,23 @@ class Ranks:
         return out
 
     def warm(self, call: Callable[[fused.Fused, int], Any]) -> None:
+        """Loads every kernel ``call`` launches (see :meth:`_warm`): first as two launches
+        per operation, so that every kernel but the one-launch ones (:mod:`.single`) is
+        loaded; then as the ranks run it, when a one-launch kernel that spins (its
+        readers wait inside it) is the only new module: every rank loads the same one
+        before its first launch, with nothing else waiting."""
+        saved = [f.single_rows for f in self.fused]
+        for f in self.fused:
+            f.single_rows = 0
+        try:
+            self._warm(call)
+        finally:
+            for f, rows in zip(self.fused, saved, strict=True):
+                f.single_rows = rows
+        if any(saved):
+            self._warm(call)
+
+    def _warm(self, call: Callable[[fused.Fused, int], Any]) -> None:
         """Compiles and loads every kernel ``call`` launches, without any rank waiting
         for another: each rank's waiting kernels are held back until every rank's
         writers are enqueued (a round's writers then read unset values from the round

@@ -6,9 +6,11 @@ tp's geometry, thousands of calls in seconds. Each iteration draws a fresh M,
 dtype, temperatures (some 0) and seeds, logits whose adversarial rows (ties at a
 top-k cut, one dominant logit over an equal tail, NaN, inf, all -inf) sit at
 random rows, and delays a random rank; every rank's answer must equal the
-definition on the gathered logits. ``LOGITS_GATHER_STRESS_ITERS`` sets the
-iterations per tp (default 12). Run with ``CUDA_MODULE_LOADING=EAGER`` (the kernels are
-also loaded before any rank waits: :meth:`tests.emulated.Ranks.warm`).
+definition on the gathered logits. M spans greedy, sample and logprobs as one launch
+(:mod:`logits_gather.sampling.single`, M up to ``single_rows``) and as two.
+``LOGITS_GATHER_STRESS_ITERS`` sets the iterations per tp (default 12). Run with
+``CUDA_MODULE_LOADING=EAGER`` (the kernels are also loaded before any rank waits:
+:meth:`tests.emulated.Ranks.warm`).
 """
 
 from __future__ import annotations
@@ -170,7 +172,10 @@ def test_emulated_ranks_match_gathered(world: int) -> None:
     ranks = Ranks(world, V // world, 64, dev)
     rng = random.Random(1000 + world)
     for it in range(len(DTYPES)):  # every kernel and dtype (M, k and n: not specialised)
-        _iteration(ranks, rng, it, 5, warm=True)
+        small = max(1, min(5, ranks.fused[0].single_rows))
+        _iteration(ranks, rng, it, small, warm=True)  # one launch (single.py) for small M,
+        _iteration(ranks, rng, it, ranks.capacity, warm=True)  # two above single_rows
+    assert 0 < ranks.fused[0].single_rows < ranks.capacity, "both paths must be exercised"
     for it in range(int(os.environ.get("LOGITS_GATHER_STRESS_ITERS", "12"))):
         _iteration(ranks, rng, it)
 

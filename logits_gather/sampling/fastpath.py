@@ -36,6 +36,9 @@ ROWS_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK_ROWS"
 fused path too (:func:`.topp.sample_rows_k`). (It was opt-in until the sampler-level
 routing, whose first multi-process run found a flag bug, passed the multi-process GPU
 tests after the fix: README, GPU tests.)"""
+SINGLE_ENV = "LOGITS_GATHER_SAMPLING_SINGLE"
+"""``0``: greedy, sample and logprobs always take two launches; ``1`` or unset: one launch
+while ``M`` is at most :func:`single_rows` (:mod:`.single`)."""
 MAX_WORLD = 4
 """The most ranks the fused path serves by default: its multi-process GPU tests passed at
 tp 2 and 4; at tp 8 it has passed only with ranks emulated in one process (the one
@@ -86,12 +89,20 @@ def _on(device: torch.device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
+def single_rows(infos: list[dict[str, Any]]) -> int:
+    """The most rows of a one-launch call (:mod:`.single`): its readers, one per row and
+    rank, may spin while writers still need room, so all the ranks on a GPU together
+    keep at most half of its SMs waiting."""
+    return max(1, symmetric.max_ctas(infos) // 2)
+
+
 def fast_path_problem(
     group: dist.ProcessGroup | None, device: torch.device, local: str | None = None
-) -> tuple[str | None, int | None]:
-    """``(why not, wait_ctas)``: why the fused kernels cannot run in this group (the same
-    answer on every rank; None if they can), and the most CTAs a waiting kernel may
-    launch (None: one per row). ``local``: a reason of this rank's own. Collective.
+) -> tuple[str | None, int | None, int]:
+    """``(why not, wait_ctas, single)``: why the fused kernels cannot run in this group
+    (the same answer on every rank; None if they can), the most CTAs a waiting kernel may
+    launch (None: one per row), and :func:`single_rows` (0 when they cannot run).
+    ``local``: a reason of this rank's own. Collective.
 
     Ranks that share a GPU run side by side (MPS); a waiting kernel's CTAs could then fill
     the GPU while a peer's writer kernel, which they wait for, finds no room. So when
@@ -109,9 +120,10 @@ def fast_path_problem(
         again = agree(group, {}, [], extra=peer, what=what)
         reasons = [f"rank {r}: {why}" for r, why in enumerate(again) if why]
     if reasons:
-        return "; ".join(reasons), None
+        return "; ".join(reasons), None, 0
     sharing = max(sum(1 for j in infos if j["uuid"] == i["uuid"]) for i in infos)
-    return None, (None if sharing == 1 else max(1, symmetric.max_ctas(infos) // 2))
+    half = single_rows(infos)
+    return None, (None if sharing == 1 else half), half
 
 
 LOADING_ENV = "CUDA_MODULE_LOADING"
@@ -160,10 +172,15 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool
         local = policy_problem(sampler.world_size)
         if local is None and device.type == "cuda" and not available(device):
             local = "the fused kernels do not import"
-        why, wait_ctas = fast_path_problem(sampler.group, device, local)
+        why, wait_ctas, single = fast_path_problem(sampler.group, device, local)
         if why is not None:
             log.info("VocabParallelSampler: torch-ops path, because %s", why)
             return None, False, False
+        topk, problems = topk_wanted()
+        rows, more = rows_wanted()
+        one, most = _switch(SINGLE_ENV, True)
+        settings = {TOPK_ENV: topk, ROWS_ENV: rows, SINGLE_ENV: one}
+        agree(sampler.group, settings, problems + more + most, what=WHAT)
         f = fused_mod.Fused(
             sampler.columns,
             sampler.world_size,
@@ -173,12 +190,10 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool
             wait_ctas,
             device.index,
             None if wait_ctas is None else sharing_barrier(sampler.group, sampler.timeout_s),
+            single if one else 0,
         )
         for op in ("greedy", "sample"):
             sampler._box(f.words(op), sampler.capacity)
-        topk, problems = topk_wanted()
-        rows, more = rows_wanted()
-        agree(sampler.group, {TOPK_ENV: topk, ROWS_ENV: rows}, problems + more, what=WHAT)
         return f, topk, topk and rows
 
 
@@ -186,11 +201,13 @@ __all__ = [
     "FUSED_ENV",
     "MAX_WORLD",
     "ROWS_ENV",
+    "SINGLE_ENV",
     "TOPK_ENV",
     "available",
     "decide",
     "fast_path_problem",
     "policy_problem",
     "rows_wanted",
+    "single_rows",
     "topk_wanted",
 ]

@@ -44,19 +44,29 @@ def greedy_final(
 ):  # fmt: skip
     """The row's greedy token, or with ``KEY`` its greedy key (min-p's first round, for
     :func:`.kernels.minp_local`)."""
-    i = tl.arange(0, CAND)
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
-        ep, _, g = _gathered(
-            box, epoch, pstride, relems, status, timeout_us, row, i, i < C, THREADS, TRAP
-        )
-        best = tl.max(tl.where(i < C, g, KEY_MIN), 0)
-        if KEY:
-            tl.store(out_ptr + row, best)
-        else:
-            tl.store(out_ptr + row, index(best))
-        tl.store(epoch + row, ep)
+        greedy_row(box, epoch, pstride, relems, status, timeout_us, row, out_ptr, C, CAND, KEY,
+                   THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
+
+
+@triton.jit
+def greedy_row(
+    box, epoch, pstride, relems, status, timeout_us, row, out_ptr, C,
+    CAND: tl.constexpr, KEY: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`greedy_final`'s work for one row (also :mod:`.single`'s)."""
+    i = tl.arange(0, CAND)
+    ep, _, g = _gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, i, i < C, THREADS, TRAP
+    )
+    best = tl.max(tl.where(i < C, g, KEY_MIN), 0)
+    if KEY:
+        tl.store(out_ptr + row, best)
+    else:
+        tl.store(out_ptr + row, index(best))
+    tl.store(epoch + row, ep)
 
 
 @triton.jit
@@ -119,21 +129,31 @@ def sample_final(
     CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """``C`` splits (all ranks) in the sample format (top-k's final is in :mod:`.topk`)."""
-    c = tl.arange(0, CAND)
-    ok = c < C
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
-        ep, rowbox, w0 = _gathered(
-            box, epoch, pstride, relems, status, timeout_us, row, c * 2, ok, THREADS, TRAP
-        )
-        w1 = ll.wait(rowbox, c * 2 + 1, ok, ep, timeout_us, status, THREADS, TRAP)
-        gbest = tl.max(tl.where(ok, w0, KEY_MIN), 0)
-        sbest = tl.max(tl.where(ok, w1, KEY_MIN), 0)
-        t = tl.load(t_ptr + row)
-        tok = tl.where(_use_greedy(t, gbest), index(gbest), index(sbest))
-        tl.store(out_ptr + row, tok)
-        tl.store(epoch + row, ep)
+        sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+                   out_ptr, C, CAND, THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
+
+
+@triton.jit
+def sample_row(
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, out_ptr, C,
+    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`sample_final`'s work for one row (also :mod:`.single`'s)."""
+    c = tl.arange(0, CAND)
+    ok = c < C
+    ep, rowbox, w0 = _gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, c * 2, ok, THREADS, TRAP
+    )
+    w1 = ll.wait(rowbox, c * 2 + 1, ok, ep, timeout_us, status, THREADS, TRAP)
+    gbest = tl.max(tl.where(ok, w0, KEY_MIN), 0)
+    sbest = tl.max(tl.where(ok, w1, KEY_MIN), 0)
+    t = tl.load(t_ptr + row)
+    tok = tl.where(_use_greedy(t, gbest), index(gbest), index(sbest))
+    tl.store(out_ptr + row, tok)
+    tl.store(epoch + row, ep)
 
 
 @triton.jit(do_not_specialize=["M", "n"])
@@ -144,17 +164,18 @@ def logprobs_final(
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
-        _logprobs_row(box, epoch, pstride, relems, status, timeout_us, row, ids_ptr, lp_ptr,
-                      top_ids_ptr, top_lp_ptr, S, C, N, W, n, CAND, NP, THREADS, TRAP)  # fmt: skip
+        logprobs_row(box, epoch, pstride, relems, status, timeout_us, row, ids_ptr, lp_ptr,
+                     top_ids_ptr, top_lp_ptr, S, C, N, W, n, CAND, NP, THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
 
 
 @triton.jit
-def _logprobs_row(
+def logprobs_row(
     box, epoch, pstride, relems, status, timeout_us, row, ids_ptr, lp_ptr, top_ids_ptr,
     top_lp_ptr, S, C, N, W, n, CAND: tl.constexpr, NP: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr,
 ):  # fmt: skip
+    """:func:`logprobs_final`'s work for one row (also :mod:`.single`'s)."""
     RW = 1 + S * (1 + NP)  # words per rank
     c = tl.arange(0, CAND)
     ok = c < C

@@ -3,10 +3,11 @@
 The shard is cut into ``S = ceil(N / block)`` splits of ``block`` columns. The
 local kernel's program ``(row, split)`` stores its words straight into every
 rank's mailbox; the final kernel waits for all ranks' words of its row and
-reduces them (word layouts: :mod:`.kernels`; the exchange: :mod:`.ll`). min-p
-alone takes two rounds (the row maximum first): four launches. The filters' longer
-sequences (top-k with min-p and top-p; top-p) are in :mod:`.fused_filters`. Nothing
-here allocates but the outputs; no host sync.
+reduces them (word layouts: :mod:`.kernels`; the exchange: :mod:`.ll`). Eager greedy,
+sample and logprobs calls of few rows are one launch instead (:mod:`.single`,
+:mod:`.one_launch`). min-p alone takes two rounds (the row maximum first): four
+launches. The filters' longer sequences (top-k with min-p and top-p; top-p) are in
+:mod:`.fused_filters`. Nothing here allocates but the outputs; no host sync.
 
 Each operation has one launch geometry (the same on every rank; its mailbox layout
 follows from it). The noise-heavy writers (sampling, min-p, the filter path's
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import fused_filters
+from . import fused_filters, one_launch
 from .geometry import Geometry, TopK, room
 from .launcher import Launcher
 
@@ -42,7 +43,8 @@ class Fused:
     launches. ``box(words, rows)`` returns the mailbox for rows of ``words`` words per
     rank (collective when it has to build one); ``wait_ctas`` bounds the waiting
     kernels' grids; ``index`` is the CUDA device the launches go to; ``barrier`` (ranks
-    that share a GPU) runs before each kernel variant's first launch (:class:`.Launcher`)."""
+    that share a GPU) runs before each kernel variant's first launch (:class:`.Launcher`);
+    ``single_rows`` is the most rows a one-launch call may have (:mod:`.single`)."""
 
     def __init__(
         self,
@@ -54,10 +56,21 @@ class Fused:
         wait_ctas: int | None = None,
         index: int | None = None,
         barrier: Callable[[], None] | None = None,
+        single_rows: int = 0,
     ) -> None:
-        from . import finals, kernels, nucleus, spill, topk
+        from . import finals, kernels, logprob_writer, nucleus, single, spill, topk
 
         self.k, self.f, self.n, self.t, self.s = kernels, finals, nucleus, topk, spill
+        self.o, self.lw = single, logprob_writer
+        self.single_rows = single_rows
+        """Eager greedy, sample and logprobs calls of at most this many rows run as one
+        launch (:mod:`.single`; 0: never)."""
+        self.single_in_graphs = False
+        """Whether captured calls take one launch too. Off: on one H200 the device times
+        are within about 1 us either way (greedy at M=64 8.9 us in one launch, 8.3 in two;
+        logprobs with top_n=5 18.3 and 19.5), and in a replay the launches cost the host
+        nothing, while in eager calls the second launch's host cost is what made greedy
+        slower than gather + argmax (benchmarks/NOTES.md, session 14)."""
         self.columns, self.world, self.rank = columns, world, rank
         self.col0 = rank * columns
         self.wide = Geometry.of(columns, world, *WIDE)
@@ -122,8 +135,17 @@ class Fused:
     def _new(self, shard: torch.Tensor, dtype: torch.dtype = torch.int64) -> torch.Tensor:
         return torch.empty(shard.shape[0], dtype=dtype, device=shard.device)
 
+    _single = one_launch.wanted
+    """Whether a greedy, sample or logprobs call on a shard takes one launch."""
+    _one = one_launch.launch
+    """Launches an operation's one-launch kernel (:mod:`.one_launch`)."""
+
     def greedy(self, shard: torch.Tensor, key: bool = False) -> torch.Tensor:
         """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
+        if self._single(shard):
+            out = self._new(shard)
+            self._one(self.o.greedy_one, shard, "greedy", (out,), (self.wide.c,), {"KEY": key})
+            return out
         mb = self._local(self.k.greedy_local, shard, (), "greedy", 0, (), {})
         out = self._new(shard)
         c = self.wide.c
@@ -137,6 +159,10 @@ class Fused:
         if k is not None:
             return self.sample_topk(shard, t, seed, k, None, None)
         m, out = shard.shape[0], self._new(shard)
+        if self._single(shard):
+            tail = (self.narrow.c,)
+            self._one(self.o.sample_one, shard, "sample", (t, seed, out), tail, {})
+            return out
         mb = self._local(self.k.sample_local, shard, (t, seed), "sample", 0, (), {})
         tail = (t, seed, out, self.narrow.c)
         self._final(self.f.sample_final, m, mb, tail, {}, 1, self.narrow)
@@ -187,10 +213,15 @@ class Fused:
         npad = room(n) if n else 0
         geo = self.geometry("logprobs", npad)
         consts = {"NP": npad, "XBITS": fused_filters.xbits(shard.dtype)}
-        mb = self._local(self.k.logprobs_local, shard, (ids,), "logprobs", npad, (n,), consts)
         lp = self._new(shard, torch.float32)
         top_ids = torch.empty(m, n, dtype=torch.int64, device=shard.device)
         top_lp = torch.empty(m, n, dtype=torch.float32, device=shard.device)
+        if self._single(shard):
+            free = (ids, lp, top_ids, top_lp)
+            tail = (geo.splits, geo.c, self.world)
+            self._one(self.o.logprobs_one, shard, "logprobs", free, tail, consts, npad, (n,))
+            return lp, top_ids, top_lp
+        mb = self._local(self.lw.logprobs_local, shard, (ids,), "logprobs", npad, (n,), consts)
         tail = (ids, lp, top_ids, top_lp, geo.splits, geo.c, self.columns, self.world, n)
         warps = 4 if npad else 1
         self._final(self.f.logprobs_final, m, mb, tail, {"NP": npad}, warps, geo)

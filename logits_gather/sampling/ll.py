@@ -32,7 +32,10 @@ So B has consumed use ``E`` before anyone overwrites that parity.
 
 Waiting kernels wait only for writers launched earlier on other ranks' streams,
 which never wait themselves, so no co-residency is needed; their grids are bounded
-when ranks share a GPU (see :func:`.fastpath.fast_path_problem`).
+when ranks share a GPU (see :func:`.fastpath.fast_path_problem`). The one-launch
+kernels of :mod:`.single` read inside the writers' own kernel, with the same words,
+epochs and parities; their arrival count and the bound that keeps their readers from
+starving the writers are documented there.
 
 Uniform polls: every thread of a reader must leave its poll loop at the same poll. The
 loop's timer (``_now``, a block-wide max) and the code after it synchronise the CTA

@@ -22,9 +22,9 @@ log = logging.getLogger(__name__)
 
 
 class Mailbox:
-    """``int64 [2, capacity, 2 * words]`` LL slots on every rank, a private epoch per row,
-    and every rank's base address. ``words`` is the row's width in 64-bit words (all
-    ranks' parts together)."""
+    """``int64 [2, capacity, 2 * words]`` LL slots on every rank, a private epoch and
+    arrival count per row, and every rank's base address. ``words`` is the row's width in
+    64-bit words (all ranks' parts together)."""
 
     def __init__(
         self,
@@ -83,6 +83,8 @@ class Mailbox:
         self.data = data
         self.peers = torch.tensor(bases, dtype=torch.int64, device=device)
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
+        self.arrivals = torch.zeros(capacity, dtype=torch.int32, device=device)  # single.py
+        self.plans: dict[tuple, object] = {}  # bound launches over this mailbox (fused.py)
         self.timeout_us = max(1, int(timeout_s * 1e6))
         self.trap = trap
         self.flags: torch.Tensor | None = None  # top-k's overflow marks, if used (topk.py)
