@@ -234,7 +234,8 @@ def test_bound_launch_fixes_all_but_the_free_arguments(
     """After a first launch, ``bind`` gives the compiled kernel's C launch with every
     argument after the free ones fixed (tensors as their addresses: the C launcher then
     neither calls ``data_ptr`` nor asks the driver about them); ``fast`` launches it on
-    the launcher's device and stream. A bound launch that fails returns False (the caller
+    the launcher's device and stream (a cached unbound launch passes tensors as addresses
+    too). A bound launch that fails returns False (the caller
     then launches through the JIT route), which serves from then on (logged once):
     nothing binds afterwards."""
     from logits_gather.sampling import launcher as launcher_mod
@@ -249,12 +250,16 @@ def test_bound_launch_fixes_all_but_the_free_arguments(
     assert launch.bind(fn, 3, args, {"K": 2}, 4, 2) is None  # never launched: nothing bound
     launch(fn, (9, 3), args, {"K": 2}, 4)
     assert log == [("jit", (9, 3), args)]
+    log.clear()
+    launch(fn, (5, 3), args, {"K": 2}, 4)  # cached: tensors as addresses here too
+    head = ("fn", False, False, None, None, "meta", None, None, None)
+    ptrs = (args[0].data_ptr(), 7, frozen.data_ptr(), 5)
+    assert log == [(5, 3, 1, 1000, *head, *ptrs, 2)]
     bound = launch.bind(fn, 3, args, {"K": 2}, 4, 2)
     assert bound is not None
     assert launch.bind(fn, 3, args, {"K": 8}, 4, 2) is None  # another constexpr: not compiled
     log.clear()
     assert launch.fast(bound, 6, (111, 7))
-    head = ("fn", False, False, None, None, "meta", None, None, None)
     assert log == [(6, 3, 1, 1000, *head, 111, 7, frozen.data_ptr(), 5, 2)]
     log.clear()
     fn.compiled.run.fail = True

@@ -44,7 +44,8 @@ class Bound:
 class Launcher:
     """Launches a Triton kernel, skipping the JIT dispatch (10-20 us of host time) after
     the first call of each specialisation: the compiled kernel is cached under the same
-    specialisation key Triton uses, then launched through its C launcher directly
+    specialisation key Triton uses, then launched through its C launcher directly, with
+    tensors passed as their addresses
     (through ``CompiledKernel.run`` when the kernel needs scratch memory). Any failure
     of the cached route falls back to the JIT for good (logged once). Launches go to the
     sampler's device and its current stream, whatever the caller's current device.
@@ -79,14 +80,24 @@ class Launcher:
             self._launch(fn, grid, args, consts, warps)
 
     @staticmethod
-    def _key(fn: Any, grid1: int, args: tuple, values: tuple, warps: int) -> tuple:
+    def _key(fn: Any, grid1: int, args: tuple, values: tuple, warps: int) -> tuple[tuple, list]:
+        """``(key, flat)``: the specialisation key of a launch, and its arguments with
+        tensors as their addresses (Triton's C launcher then neither calls ``data_ptr``
+        nor asks the driver about them)."""
         key = [id(fn), grid1, warps, values]  # id: a JITFunction's own hash runs Python
-        for a in args:  # ints inlined: this runs for every argument of every launch
+        flat = []
+        for a in args:  # ints and tensors inlined: this runs for every argument of every launch
             if a.__class__ is int:
                 key += (a == 1, not a & 15, a.bit_length() > 31)
+                flat.append(a)
+            elif isinstance(a, torch.Tensor):
+                p = a.data_ptr()
+                key.append((a.dtype, not p & 15))  # as _spec
+                flat.append(p)
             else:
                 key.append(_spec(a))
-        return tuple(key)
+                flat.append(a)
+        return tuple(key), flat
 
     def bind(
         self, fn: Any, grid1: int, args: tuple, consts: dict[str, int], warps: int, free: int
@@ -99,7 +110,7 @@ class Launcher:
         if self._jit_only:
             return None
         values = tuple(consts.values())
-        entry = self._cache.get(self._key(fn, grid1, args, values, warps))
+        entry = self._cache.get(self._key(fn, grid1, args, values, warps)[0])
         if entry is None:
             return None
         launch, head = entry
@@ -135,12 +146,12 @@ class Launcher:
         self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
     ) -> None:
         values = tuple(consts.values())
-        key = self._key(fn, grid[1], args, values, warps)
+        key, flat = self._key(fn, grid[1], args, values, warps)
         entry = None if self._jit_only else self._cache.get(key)
         if entry is not None:
             launch, head = entry
             try:
-                launch(grid[0], grid[1], 1, self._stream(_get_device()), *head, *args, *values)
+                launch(grid[0], grid[1], 1, self._stream(_get_device()), *head, *flat, *values)
                 return
             except Exception:  # noqa: BLE001 - the JIT route below still works
                 log.warning(
