@@ -1,4 +1,4 @@
-"""The fused GPU path: two Triton kernels per operation, the exchange inside them.
+"""The fused GPU path: two Triton kernels per round, the exchange inside them.
 
 The shard is cut into ``S = ceil(N / block)`` splits of ``block`` columns. The
 local kernel's program ``(row, split)`` stores its words straight into every
