@@ -19,15 +19,6 @@ JIT_ENV = "LOGITS_GATHER_SAMPLING_JIT"
 _get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
-def _spec(a: Any) -> Any:
-    """What Triton specialises a non-int argument on: dtype and 16-byte alignment for
-    tensors, the type for the rest (ints: ``== 1``, ``% 16 == 0`` and width, inlined in
-    :meth:`Launcher._launch`)."""
-    if isinstance(a, torch.Tensor):
-        return a.dtype, not a.data_ptr() & 15
-    return type(a)
-
-
 class Bound:
     """A compiled kernel with every argument but the first few fixed (:meth:`Launcher.bind`):
     one call of Triton's C launcher, no per-argument Python."""
@@ -83,7 +74,9 @@ class Launcher:
     def _key(fn: Any, grid1: int, args: tuple, values: tuple, warps: int) -> tuple[tuple, list]:
         """``(key, flat)``: the specialisation key of a launch, and its arguments with
         tensors as their addresses (Triton's C launcher then neither calls ``data_ptr``
-        nor asks the driver about them)."""
+        nor asks the driver about them). The key holds what Triton specialises on: for
+        an int ``== 1``, ``% 16 == 0`` and its width; for a tensor its dtype and 16-byte
+        alignment; for anything else its type."""
         key = [id(fn), grid1, warps, values]  # id: a JITFunction's own hash runs Python
         flat = []
         for a in args:  # ints and tensors inlined: this runs for every argument of every launch
@@ -92,10 +85,10 @@ class Launcher:
                 flat.append(a)
             elif isinstance(a, torch.Tensor):
                 p = a.data_ptr()
-                key.append((a.dtype, not p & 15))  # as _spec
+                key.append((a.dtype, not p & 15))
                 flat.append(p)
             else:
-                key.append(_spec(a))
+                key.append(type(a))
                 flat.append(a)
         return tuple(key), flat
 
@@ -106,16 +99,16 @@ class Launcher:
         launch it through :meth:`__call__` first), bound to every argument after the
         first ``free`` ones (tensors as their addresses); None when there is none
         (Triton's JIT route only). The caller keys what it binds on whatever Triton
-        specialises in the free arguments (see :func:`_spec`)."""
+        specialises in the free arguments (see :meth:`_key`)."""
         if self._jit_only:
             return None
         values = tuple(consts.values())
-        entry = self._cache.get(self._key(fn, grid1, args, values, warps)[0])
+        key, flat = self._key(fn, grid1, args, values, warps)
+        entry = self._cache.get(key)
         if entry is None:
             return None
         launch, head = entry
-        tail = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args[free:])
-        return Bound(launch, grid1, head, tail + values)
+        return Bound(launch, grid1, head, (*flat[free:], *values))
 
     def fast(self, bound: Bound, grid0: int, free: tuple) -> bool:
         """Launches ``bound`` on ``grid0`` rows with its ``free`` arguments (addresses and
