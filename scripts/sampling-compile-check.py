@@ -22,6 +22,7 @@ from logits_gather.sampling import kernels as K
 from logits_gather.sampling import logprob_writer as L
 from logits_gather.sampling import nucleus as N
 from logits_gather.sampling import single as O
+from logits_gather.sampling import single_filters as SF
 from logits_gather.sampling import spill as S
 from logits_gather.sampling import topk as T
 from logits_gather.sampling.polls import warp_local_polls
@@ -37,6 +38,13 @@ TYPES = {
     "pstride": "i64", "relems": "i32", "p_ptr": "*fp64", "need_ptr": "*i1", "flags": "*i32",
     "lam_ptr": "*i32", "thr_ptr": I64P, "seen_ptr": "*i32", "arrivals": "*i32",
 }  # fmt: skip
+
+
+KNOWN_SPILLS = ("topk_final CAND=64", "topk_one")
+"""Variants whose spills do not fail the check: top-k's final row work over tp=2's 64
+candidate lanes of 64 slots at 8 warps hits 255 registers and spills (32 to 112 bytes
+with triton 3.6, alone or after the overflow writer in one launch). Found in session 15;
+its device time was measured with the spill (benchmarks/NOTES.md)."""
 
 
 def _sig(fn, x: str, const: dict) -> dict:
@@ -80,6 +88,13 @@ def variants():
         yield "sample_one", O.sample_one, x, one_narrow, 4
         yield "logprobs_one NP=0", O.logprobs_one, x, dict(one, NP=0, XBITS=bits), 8
         yield "logprobs_one NP=8", O.logprobs_one, x, dict(one_narrow, NP=8, XBITS=bits), 4
+        yield "minp_one", SF.minp_one, x, one_narrow, 4
+        for rowk in (False, True):  # single_filters.py, tp=2's top_k=50 plan
+            probe = dict(one, G=8, ROWK=rowk, BITS=bits)
+            yield f"probe_one G=8 ROWK={rowk}", SF.probe_one, x, probe, 8
+            for topp, minp in ((0, 0), (1, 1)):
+                tk = dict(one, KP=64, BITS=bits, ROWK=rowk, SP=32, TOPP=topp, MINP=minp)
+                yield f"topk_one KP=64 ROWK={rowk} TOPP={topp}", SF.topk_one, x, tk, 8
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
@@ -91,6 +106,8 @@ def variants():
         tf = dict(final, CAND=32, KP=64, THREADS=256, TOPP=topp, MINP=minp, ROWK=rowk, XBITS=xb)
         name = f"topk_final TOPP={topp} MINP={minp} ROWK={rowk} XBITS={xb}"
         yield name, T.topk_final, None, tf, 8
+        tf = dict(tf, CAND=64)  # tp=2's geometry (38 splits): spills (KNOWN_SPILLS)
+        yield f"topk_final CAND=64 TOPP={topp} XBITS={xb}", T.topk_final, None, tf, 8
     yield "logprobs_final NP=0", F.logprobs_final, None, dict(final, NP=0), 1
     yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
     for xb in (16, 32):
@@ -112,6 +129,10 @@ def variants():
     one = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256, "CAND": 8, "TRAP": True}
     yield "greedy_one small", O.greedy_one, "*bf16", dict(one, KEY=False), 8
     yield "logprobs_one small", O.logprobs_one, "*bf16", dict(one, NP=0, XBITS=16), 8
+    probe = dict(one, G=8, ROWK=True, BITS=16, THREADS=64)  # the plan's probe_one there
+    yield "probe_one small", SF.probe_one, "*bf16", probe, 2
+    tk = dict(one, KP=2, BITS=16, ROWK=True, SP=2, TOPP=1, MINP=1, THREADS=32)
+    yield "topk_one small", SF.topk_one, "*bf16", tk, 1
 
 
 def _usage(cubin: bytes) -> tuple[int, int]:
@@ -141,8 +162,10 @@ def main() -> int:
             regs, spills = _usage(ck.asm["cubin"])
             local = warp_local_polls(ck.asm["ptx"]) if warps > 1 else []
             note = f" WARP-LOCAL POLL EXIT at {', '.join(local)}" if local else ""
+            known = name.endswith(" small") or name.startswith(KNOWN_SPILLS)
+            note += " (known)" if spills and known else ""
             print(f"{name:<28} regs={regs:<4} spill bytes={spills}{note}")
-            bad += (spills > 0 and not name.endswith(" small")) or bool(local)
+            bad += (spills > 0 and not known) or bool(local)
         except Exception as exc:  # noqa: BLE001 - report every failure
             print(f"{name:<28} FAILED: {type(exc).__name__}: {str(exc)[:2000]}")
             bad += 1

@@ -2,10 +2,10 @@
 
 ``PYTHONPATH=. python scripts/sampling-host-cost.py [--profile]`` prints microseconds
 per call over bursts of back-to-back calls (no sync inside a burst, M=4, so the GPU
-keeps up and the host is what is timed), then greedy, sample and logprobs again as two
-launches instead of one (:mod:`logits_gather.sampling.single`); ``--profile`` adds
-cProfile's top entries for greedy and logprobs. Machines vary between starts: compare
-within one run.
+keeps up and the host is what is timed), then greedy, sample, logprobs, top-k and min-p
+again as two launches per round instead of one (:mod:`logits_gather.sampling.single`);
+``--profile`` adds cProfile's top entries for greedy and logprobs. Machines vary
+between starts: compare within one run.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def main() -> None:
         "sample": lambda: s.sample(x, t, seed),
         "sample top_k=50": lambda: s.sample(x, t, seed, top_k=50),
         "sample top_p=0.9": lambda: s.sample(x, t, seed, top_p=0.9),
+        "sample min_p=0.05": lambda: s.sample(x, t, seed, min_p=0.05),
         "logprobs": lambda: s.logprobs(x, ids),
         "logprobs top_n=5": lambda: s.logprobs(x, ids, 5),
         "torch.argmax (for scale)": lambda: x.argmax(1),
@@ -64,7 +65,8 @@ def main() -> None:
         print(f"{name:<26}{_time(fn):8.2f} us per call")
     one = s._fused.single_rows
     s._fused.single_rows = 0  # the same calls as two launches (single.py's A/B)
-    for name in ("greedy", "sample", "logprobs", "logprobs top_n=5"):
+    for name in ("greedy", "sample", "logprobs", "logprobs top_n=5", "sample top_k=50",
+                 "sample min_p=0.05"):  # fmt: skip
         print(f"{name + ', two launches':<26}{_time(ops[name]):8.2f} us per call")
     s._fused.single_rows = one
     if "--profile" in sys.argv:

@@ -21,6 +21,7 @@ from triton.compiler import ASTSource, compile
 from logits_gather.sampling import finals as F
 from logits_gather.sampling import nucleus as N
 from logits_gather.sampling import single as O
+from logits_gather.sampling import single_filters as SF
 from logits_gather.sampling import spill as S
 from logits_gather.sampling import topk as T
 from logits_gather.sampling.fused import NARROW, NUCLEUS_LANES, WIDE
@@ -73,6 +74,15 @@ def finals(columns: int, world: int):
     for n in TOP_NS:
         lp = dict(one_n, NP=room(n), XBITS=16)
         yield f"logprobs_one top_n={n}", O.logprobs_one, lp, narrow.warps
+    yield "minp_one", SF.minp_one, one_n, narrow.warps
+    for k in KS:  # single_filters.py: warps from the plan (0: two launches there)
+        plan = wide.topk(k)
+        for rowk in (False, True):
+            probe = dict(one, G=plan.g, ROWK=rowk, BITS=16)
+            if plan.probe_one:
+                yield f"probe_one k={k} rowk={rowk}", SF.probe_one, probe, plan.probe_one
+            tk = dict(one, KP=plan.kp, BITS=16, ROWK=rowk, SP=_pow2(wide.splits), TOPP=1, MINP=1)
+            yield f"topk_one k={k} rowk={rowk}", SF.topk_one, tk, plan.final_one
 
 
 def main() -> int:

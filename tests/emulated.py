@@ -12,6 +12,7 @@ GPU). What it adds: thousands of calls in seconds, at any tp's geometry, on one 
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -121,10 +122,9 @@ class Ranks:
 
     def warm(self, call: Callable[[fused.Fused, int], Any]) -> None:
         """Loads every kernel ``call`` launches (see :meth:`_warm`): first as two launches
-        per operation, so that every kernel but the one-launch ones (:mod:`.single`) is
-        loaded; then as the ranks run it, when a one-launch kernel that spins (its
-        readers wait inside it) is the only new module: every rank loads the same one
-        before its first launch, with nothing else waiting."""
+        per round, so that every kernel but the one-launch ones (:mod:`.single`,
+        :mod:`.single_filters`) is loaded; then as the ranks run it, with the one-launch
+        kernels held back like the waiting ones."""
         saved = [f.single_rows for f in self.fused]
         for f in self.fused:
             f.single_rows = 0
@@ -138,24 +138,30 @@ class Ranks:
 
     def _warm(self, call: Callable[[fused.Fused, int], Any]) -> None:
         """Compiles and loads every kernel ``call`` launches, without any rank waiting
-        for another: each rank's waiting kernels are held back until every rank's
-        writers are enqueued (a round's writers then read unset values from the round
-        before: the results are junk). Loading a module while a kernel of the same
-        process spins waiting for it can deadlock (CUDA's lazy loading says so), so
-        call this for every operation and dtype before :meth:`run`."""
-        held: list[tuple[Callable[..., Any], tuple, torch.cuda.Stream]] = []
-        for f in self.fused:
-            real = f._final
+        for another: each rank's waiting kernels (and one-launch kernels, which wait) are
+        held back until every rank's writers are enqueued, then launched in turn, the
+        ranks' first held launches before their second ones (a round's writers then read
+        unset values from the round before: the results are junk). Loading a module while
+        a kernel of the same process spins waiting for it can deadlock (CUDA's lazy
+        loading says so); launched in that order, each held kernel's first launch loads
+        its module once the ranks' held kernels before it have met and ended. So call this
+        for every operation and dtype before :meth:`run`."""
+        held: list[tuple[int, int, Callable[..., Any], torch.cuda.Stream]] = []
+        for r, f in enumerate(self.fused):
+            for name in ("_final", "_one"):
+                real = getattr(f, name)
 
-            def hold(*args: Any, real: Callable[..., Any] = real) -> None:
-                held.append((real, args, torch.cuda.current_stream(self.device)))
+                def hold(*args: Any, real: Callable[..., Any] = real, r: int = r, **kw: Any) -> Any:
+                    turn = sum(1 for h in held if h[1] == r)
+                    stream = torch.cuda.current_stream(self.device)
+                    held.append((turn, r, functools.partial(real, *args, **kw), stream))
 
-            f._final = hold  # type: ignore[method-assign]
+                setattr(f, name, hold)
         try:
             self.run(call, check=False, after=held)
         finally:
             for f in self.fused:
-                del f._final
+                del f._final, f._one
 
     def run(
         self,
@@ -166,7 +172,9 @@ class Ranks:
         after: list | None = None,
     ) -> list[Any]:
         """``call(fused, rank)`` for every rank, each on its own stream; ``delay``:
-        ``(rank, cycles)`` puts that rank's stream to sleep first. Waits for all."""
+        ``(rank, cycles)`` puts that rank's stream to sleep first. Waits for all.
+        ``after`` (:meth:`_warm`): ``(turn, rank, launch, stream)`` entries that the calls
+        add, launched after them in that order."""
         main = torch.cuda.current_stream(self.device)
         outs = []
         for r, (f, stream) in enumerate(zip(self.fused, self.streams, strict=True)):
@@ -175,9 +183,9 @@ class Ranks:
                 if delay is not None and delay[0] == r:
                     torch.cuda._sleep(delay[1])
                 outs.append(call(f, r))
-        for real, args, stream in after or ():
+        for _, _, go, stream in sorted(after or ()):
             with torch.cuda.stream(stream):
-                real(*args)
+                go()
         for stream in self.streams:
             main.wait_stream(stream)
         torch.cuda.synchronize(self.device)

@@ -90,31 +90,42 @@ def topk_reduce(
     when fewer than k groups hold a column (no bound: every element is a candidate).
     ``BITS`` 16 (bfloat16 inputs): the radix select runs over the top 16 bits of the
     keys, which order bfloat16 values exactly (two rounds instead of four)."""
-    c = tl.arange(0, CAND)
-    ok = c < C
     row = tl.program_id(0).to(tl.int64)
     while row < M:
-        ep, rowbox, gx = _gathered(
-            box, epoch, pstride, relems, status, timeout_us, row, c * (1 + G), ok, THREADS, TRAP
-        )
-        e = tl.arange(0, CAND * G)  # sent key e: split e // G, group e % G
-        at = (e // G) * (1 + G) + 1 + e % G
-        sent = ll.wait(rowbox, at, (e // G) < C, ep, timeout_us, status, THREADS, TRAP)
-        valid = ((e // G) < C) & (sent != KEY_MIN)
-        u = ((sent >> 32).to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
-        count = tl.sum(valid.to(tl.int32), 0)
-        kr = row_k(k, row, ROWK)
-        kk = tl.minimum(kr, count)
-        uk = kth_largest(u >> (32 - BITS), valid, tl.maximum(kk, 1), BITS) << (32 - BITS)
-        if BITS == 16:  # the low half of a negative x's key is all ones (ordered32)
-            uk = tl.where(uk < 0x80000000, uk | 0xFFFF, uk)
-        xb = ordered_value(uk ^ 0x80000000)
-        t = tl.load(t_ptr + row)
-        low = ordered32(scale(xb, inv_t(t)))
-        tl.store(gbest_ptr + row, tl.max(tl.where(ok, gx, KEY_MIN), 0))
-        tl.store(low_ptr + row, tl.where(count >= kr, low, -0x7FFFFFFF - 1))
-        tl.store(epoch + row, ep)
+        reduce_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr,
+                   low_ptr, C, k, CAND, G, ROWK, BITS, THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
+
+
+@triton.jit
+def reduce_row(
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr, low_ptr, C, k,
+    CAND: tl.constexpr, G: tl.constexpr, ROWK: tl.constexpr, BITS: tl.constexpr,
+    THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`topk_reduce`'s work for one row (also :mod:`.single_filters`'s)."""
+    c = tl.arange(0, CAND)
+    ok = c < C
+    ep, rowbox, gx = _gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, c * (1 + G), ok, THREADS, TRAP
+    )
+    e = tl.arange(0, CAND * G)  # sent key e: split e // G, group e % G
+    at = (e // G) * (1 + G) + 1 + e % G
+    sent = ll.wait(rowbox, at, (e // G) < C, ep, timeout_us, status, THREADS, TRAP)
+    valid = ((e // G) < C) & (sent != KEY_MIN)
+    u = ((sent >> 32).to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
+    count = tl.sum(valid.to(tl.int32), 0)
+    kr = row_k(k, row, ROWK)
+    kk = tl.minimum(kr, count)
+    uk = kth_largest(u >> (32 - BITS), valid, tl.maximum(kk, 1), BITS) << (32 - BITS)
+    if BITS == 16:  # the low half of a negative x's key is all ones (ordered32)
+        uk = tl.where(uk < 0x80000000, uk | 0xFFFF, uk)
+    xb = ordered_value(uk ^ 0x80000000)
+    t = tl.load(t_ptr + row)
+    low = ordered32(scale(xb, inv_t(t)))
+    tl.store(gbest_ptr + row, tl.max(tl.where(ok, gx, KEY_MIN), 0))
+    tl.store(low_ptr + row, tl.where(count >= kr, low, -0x7FFFFFFF - 1))
+    tl.store(epoch + row, ep)
 
 
 @triton.jit

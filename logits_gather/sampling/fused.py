@@ -3,11 +3,12 @@
 The shard is cut into ``S = ceil(N / block)`` splits of ``block`` columns. The
 local kernel's program ``(row, split)`` stores its words straight into every
 rank's mailbox; the final kernel waits for all ranks' words of its row and
-reduces them (word layouts: :mod:`.kernels`; the exchange: :mod:`.ll`). Eager greedy,
-sample and logprobs calls of few rows are one launch instead (:mod:`.single`,
-:mod:`.one_launch`). min-p alone takes two rounds (the row maximum first): four
-launches. The filters' longer sequences (top-k with min-p and top-p; top-p) are in
-:mod:`.fused_filters`. Nothing here allocates but the outputs; no host sync.
+reduces them (word layouts: :mod:`.kernels`; the exchange: :mod:`.ll`). min-p alone
+takes two rounds (the row maximum first). The filters' longer sequences (top-k with
+min-p and top-p; top-p) are in :mod:`.fused_filters`. In eager calls of few rows, a
+round's writer and waiting kernel are one launch instead (:mod:`.single`,
+:mod:`.single_filters`, :mod:`.one_launch`). Nothing here allocates but the outputs;
+no host sync.
 
 Each operation has one launch geometry (the same on every rank; its mailbox layout
 follows from it). The noise-heavy writers (sampling, min-p, the filter path's
@@ -58,10 +59,10 @@ class Fused:
         barrier: Callable[[], None] | None = None,
         single_rows: int = 0,
     ) -> None:
-        from . import finals, kernels, logprob_writer, nucleus, single, spill, topk
+        from . import finals, kernels, logprob_writer, nucleus, single, single_filters, spill, topk
 
         self.k, self.f, self.n, self.t, self.s = kernels, finals, nucleus, topk, spill
-        self.o, self.lw = single, logprob_writer
+        self.o, self.sf, self.lw = single, single_filters, logprob_writer
         self.single_rows = single_rows
         """Eager greedy, sample and logprobs calls of at most this many rows run as one
         launch (:mod:`.single`; 0: never)."""
@@ -199,9 +200,13 @@ class Fused:
         """min-p without top-k/top-p: greedy round for ``s_max``, then the min-p round
         (``log_min_p`` fp32 ``[M]``)."""
         gbest = self.greedy(shard, key=True)
+        out = self._new(shard)
+        if self._single(shard):
+            free = (t, seed, log_min_p, gbest, out)
+            self._one(self.sf.minp_one, shard, "sample", free, (self.narrow.c,), {})
+            return out
         head = (t, seed, log_min_p, gbest)
         mb = self._local(self.k.minp_local, shard, head, "sample", 0, (), {})
-        out = self._new(shard)
         tail = (t, seed, out, self.narrow.c)
         self._final(self.f.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
         return out

@@ -56,26 +56,41 @@ def sample_topk(
     rowk = isinstance(k, torch.Tensor)
     m, c, plan = shard.shape[0], fused.wide.c, fused.wide.topk(64 if rowk else k)
     g, kp = plan.g, plan.kp
-    mb = fused._local(fused.k.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
     gbest, low = fused._new(shard), fused._new(shard, torch.int32)
-    tail = (t, gbest, low, c, k)
+    free, n = ((k,), ()) if rowk else ((), (k,))
+    one = fused._single(shard)  # one launch per round (:mod:`.single_filters`)
+    warps = plan.probe_one if one else 0
     consts = {"G": g, "ROWK": rowk, "BITS": xbits(shard.dtype)}
-    fused._final(fused.f.topk_reduce, m, mb, tail, consts, plan.reduce)
+    if warps:
+        fn = fused.sf.probe_one
+        fused._one(fn, shard, "probe", (t, gbest, low, *free), (c,), consts, g, n, warps=warps)
+    else:
+        mb = fused._local(fused.k.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
+        fused._final(fused.f.topk_reduce, m, mb, (t, gbest, low, c, k), consts, plan.reduce)
     mb = fused.box(fused.words("sample_k", kp), m)
     if mb.flags is None:  # lives with its mailbox: graphs captured with it keep both
         mb.flags = torch.zeros(mb.capacity * fused.wide.splits, dtype=torch.int32,
                                device=shard.device)  # fmt: skip
     flags = mb.flags
     fused._local(fused.t.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
-    head = (t, seed, flags)
     splits = fused.wide.splits
-    consts = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": rowk, "SP": _pow2(splits)}
     programs = idle_programs(m, splits, geometry.OVERFLOW_PROGRAMS, geometry.OVERFLOW_LEAST)
-    fused._local(fused.t.topk_overflow, shard, head, "sample_k", kp, (k, splits), consts,
-                 programs=programs)  # fmt: skip
     out = fused._new(shard)
-    tail = (t, seed, t if p is None else p, t if log_min_p is None else log_min_p)
-    tail += (gbest, out, c, k)
+    pv = t if p is None else p
+    lmp = t if log_min_p is None else log_min_p
+    consts = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": rowk, "SP": _pow2(splits)}
+    consts.update(TOPP=p is not None, MINP=log_min_p is not None)
+    warps = plan.final_one if one else 0
+    if warps:
+        head = (t, seed, flags, pv, lmp, gbest, out, *free)
+        fused._one(fused.sf.topk_one, shard, "sample_k", head, (splits, c), consts, kp, n,
+                   programs, warps)  # fmt: skip
+        return out
+    head = (t, seed, flags)
+    fused._local(fused.t.topk_overflow, shard, head, "sample_k", kp, (k, splits),
+                 {key: consts[key] for key in ("KP", "BITS", "ROWK", "SP")},
+                 programs=programs)  # fmt: skip
+    tail = (t, seed, pv, lmp, gbest, out, c, k)
     consts = {"KP": kp, "TOPP": p is not None, "MINP": log_min_p is not None, "ROWK": rowk}
     consts["XBITS"] = xbits(shard.dtype)
     fused._final(fused.t.topk_final, m, mb, tail, consts, plan.final)

@@ -57,6 +57,14 @@ def _warps(elements: int, most: int) -> int:
     return max(1, min(most, elements // 32))
 
 
+def one_warps(writer: int, elements: int, least: int = 1) -> int:
+    """Warps of a one-launch kernel (:mod:`.single_filters`) whose writer runs ``writer``
+    warps and needs at least ``least``, and whose row work selects over ``elements``:
+    never more threads than elements (:func:`_warps`); 0 when no count suits both."""
+    warps = min(writer, max(1, elements // 32))
+    return warps if warps >= least else 0
+
+
 class Geometry(NamedTuple):
     """How one operation cuts a row: ``splits`` of ``block`` columns per rank, local
     kernels of ``warps`` warps, ``c`` splits over all ranks, ``cand`` = the waiting
@@ -79,20 +87,28 @@ class Geometry(NamedTuple):
         """The fused top-k's launches for ``k`` (1..64) in this geometry."""
         g = min(64, max(8, _pow2(-(-k // self.c))))  # <= 64 <= block, and g * c >= k
         kp = room(k)
-        probe = 8 if 2 * (1 + g) > 32 * self.warps else self.warps  # a lane per half-word
-        return TopK(g, kp, probe, _warps(self.cand * g, 4), _warps(self.cand * kp, 8))
+        least = -(-2 * (1 + g) // 32)  # the probe's lanes: one per half-word
+        probe = 8 if least > self.warps else self.warps
+        reduce, final = _warps(self.cand * g, 4), _warps(self.cand * kp, 8)
+        probe_one = one_warps(probe, self.cand * g, least)
+        return TopK(g, kp, probe, reduce, final, probe_one, one_warps(self.warps, self.cand * kp))
 
 
 class TopK(NamedTuple):
     """Round 1 sends ``g`` group maxima per split (``probe`` warps), reduced by
     ``reduce`` warps; round 2 has ``kp`` candidate slots per split and a final kernel of
-    ``final`` warps (never more threads than the candidates they select from)."""
+    ``final`` warps (never more threads than the candidates they select from).
+    ``probe_one`` and ``final_one``: warps of each round as one launch (the probe with
+    the reduce, the overflow writer with the final; :mod:`.single_filters`), 0 where
+    the round takes two."""
 
     g: int
     kp: int
     probe: int
     reduce: int
     final: int
+    probe_one: int
+    final_one: int
 
 
 __all__ = [
@@ -103,5 +119,6 @@ __all__ = [
     "Geometry",
     "TopK",
     "idle_programs",
+    "one_warps",
     "room",
 ]

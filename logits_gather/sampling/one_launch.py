@@ -29,18 +29,20 @@ def wanted(self: Any, shard: torch.Tensor) -> bool:
 
 def launch(
     self: Any, fn: Any, shard: torch.Tensor, op: str, free: tuple, tail: tuple, consts: dict,
-    room: int = 0, n: tuple = (),
-) -> None:  # fmt: skip
+    room: int = 0, n: tuple = (), programs: int = 0, warps: int = 0,
+) -> Any:  # fmt: skip
     """Launches ``op``'s one-launch kernel ``fn`` on ``shard``'s rows: arguments ``(x,
     x_stride, *free, *n, mailbox..., *tail)``, ``free`` the call's tensors, ``n`` its
-    unspecialised ints. Bound launches are kept per mailbox (a new mailbox has new
-    addresses), under what Triton specialises in the free arguments."""
+    unspecialised ints; grid ``(M, programs)`` (default: one program per split) of
+    ``warps`` warps (default: the geometry's). Returns the mailbox. Bound launches are
+    kept per mailbox (a new mailbox has new addresses), under what Triton specialises in
+    the free arguments."""
     mb = self.box(self.words(op, room), shard.shape[0])
     mb.check()
     x = shard if shard.stride(1) == 1 else shard.contiguous()
     xp, xs = x.data_ptr(), x.stride(0)
     args = [xp, xs]
-    key = [id(fn), x.dtype, xp & 15, xs, *consts.values()]
+    key = [id(fn), x.dtype, xp & 15, xs, programs, warps, *consts.values()]
     for a in free:
         p = a.data_ptr()
         args.append(p)
@@ -48,10 +50,11 @@ def launch(
     key = tuple(key)
     plan = mb.plans.get(key)
     if plan is None or not self.launch.fast(plan, x.shape[0], (*args, *n)):
-        _first(self, fn, x, op, free, tail, consts, room, n, mb, key)
+        _first(self, fn, x, op, free, tail, consts, room, n, mb, key, programs, warps)
+    return mb
 
 
-def _first(self, fn, x, op, free, tail, consts, room, n, mb, key) -> None:
+def _first(self, fn, x, op, free, tail, consts, room, n, mb, key, programs, warps) -> None:
     """:func:`launch` through :class:`.launcher.Launcher` (compiling if needed), then binds
     that launch under ``key``."""
     geo = self.geometry(op, room)
@@ -59,10 +62,11 @@ def _first(self, fn, x, op, free, tail, consts, room, n, mb, key) -> None:
     args = (x, x.stride(0), *free, *n, mb.peers, mb.data, mb.epoch, mb.arrivals)
     args += (mb.parity_stride, mb.row_elems, own, self.columns, self.col0, mb.status_ptr)
     args += (mb.timeout_us, *tail)
-    consts = dict(consts, BLOCK=geo.block, WORLD=self.world, THREADS=32 * geo.warps,
-                  CAND=geo.cand, TRAP=self.trap)  # fmt: skip
-    self.launch(fn, (x.shape[0], geo.splits), args, consts, geo.warps)
-    plan = self.launch.bind(fn, geo.splits, args, consts, geo.warps, 2 + len(free) + len(n))
+    warps, programs = warps or geo.warps, programs or geo.splits
+    consts = dict(consts, BLOCK=geo.block, WORLD=self.world, THREADS=32 * warps, CAND=geo.cand,
+                  TRAP=self.trap)  # fmt: skip
+    self.launch(fn, (x.shape[0], programs), args, consts, warps)
+    plan = self.launch.bind(fn, programs, args, consts, warps, 2 + len(free) + len(n))
     if plan is not None:
         mb.plans[key] = plan
 
