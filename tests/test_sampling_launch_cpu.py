@@ -268,3 +268,30 @@ def test_bound_launch_fixes_all_but_the_free_arguments(
     assert log == []
     assert "bound Triton launch failed" in caplog.records[0].getMessage()
     assert launch.bind(fn, 3, args, {"K": 2}, 4, 2) is None
+
+
+def test_scalar_filters_rows_are_cached_and_exact() -> None:
+    """A scalar top_p or min_p costs no fill kernel per eager call (topp.filled): the
+    same storage serves later calls of any M up to the capacity, its values equal a
+    fresh fill (and min_p's log equals torch.log of one), tensors pass through, and the
+    cache stays bounded."""
+    from types import SimpleNamespace
+
+    from logits_gather.sampling import topp
+
+    s = SimpleNamespace(device=torch.device("cpu"), capacity=8, _filled={})
+    p = topp.filled(s, 0.9, 5, torch.float64)
+    assert p.shape == (5, 1) and torch.equal(p, topp.rows(0.9, 5, torch.float64, s.device))
+    again = topp.filled(s, 0.9, 3, torch.float64)
+    assert again.data_ptr() == p.data_ptr() and again.shape == (3, 1)
+    lmp = topp.filled(s, 0.05, 8, torch.float32, log=True)
+    assert torch.equal(lmp, torch.log(torch.full((8, 1), 0.05)))
+    assert topp.filled(s, 0.05, 4, torch.float32).dtype == torch.float32  # its own entry
+    assert topp.filled(s, 0.9, 20, torch.float64).shape == (20, 1)  # past the capacity
+    rows = torch.rand(6, 1)
+    assert topp.filled(s, rows, 6, torch.float32) is rows
+    assert torch.equal(topp.filled(s, rows, 6, torch.float32, log=True), torch.log(rows))
+    assert topp.filled(s, None, 6, torch.float32, log=True) is None
+    for i in range(3 * topp.FILLED_MOST):
+        topp.filled(s, i / 1000, 2, torch.float32)
+    assert len(s._filled) <= topp.FILLED_MOST

@@ -41,16 +41,18 @@ def sample(sampler: Any, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tens
     dev = sampler.device
     if fused is not None and isinstance(k, int) and sampler._fused_topk and k <= MAX_CANDIDATES:
         # top-k, then min-p and/or top-p over the exact top-k set
-        pv = None if p is None else topp.rows(p, m, torch.float64, dev).view(m)
-        lmp = None if mp is None else torch.log(topp.rows(mp, m, torch.float32, dev)).view(m)
+        pv = topp.filled(sampler, p, m, torch.float64)
+        lmp = topp.filled(sampler, mp, m, torch.float32, log=True)
+        pv, lmp = (None if a is None else a.view(m) for a in (pv, lmp))
         return fused.sample_topk(shard, t.view(m), seeds, k, pv, lmp)
     if fused is not None and isinstance(k, torch.Tensor) and sampler._fused_rows:
         return topp.sample_rows_k(sampler, shard, t, seeds, k, p, mp)
     if fused is not None and k is None and p is not None:  # top-p (+ min-p)
         return topp.sample(sampler, shard, t, seeds, p, mp)
-    mp = topp.rows(mp, m, torch.float32, dev)
     if fused is not None and p is None and k is None:  # min-p alone: fused
-        return fused.sample_minp(shard, t.view(m), seeds, torch.log(mp).view(m))
+        lmp = topp.filled(sampler, mp, m, torch.float32, log=True).view(m)
+        return fused.sample_minp(shard, t.view(m), seeds, lmp)
+    mp = topp.rows(mp, m, torch.float32, dev)
     k = topp.rows(k, m, torch.int64, dev)
     p = topp.rows(p, m, torch.float64, dev)
     return filters.sample(sampler, shard, t, seeds, k, p, mp)

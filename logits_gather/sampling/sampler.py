@@ -101,6 +101,7 @@ class VocabParallelSampler:
         self._fused_topk = self._fused_rows = False
         self._fallback_warm: set[str] = set()  # kinds whose fallback ran once (topp.py)
         self._topp_if = None  # top-p's IF-node builder (topp.py): None unknown, False none
+        self._filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (topp.filled)
         if fused and backend != "torch.distributed":
             self._fused, self._fused_topk, self._fused_rows = fastpath.decide(
                 self, on_timeout == "trap"

@@ -66,6 +66,33 @@ def rows(value: Any, m: int, dtype: torch.dtype, dev: torch.device) -> Any:
     return torch.full((m, 1), value, dtype=dtype, device=dev)
 
 
+FILLED_MOST = 32
+"""Scalar filter values a sampler keeps filled rows of (:func:`filled`)."""
+
+
+def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype, log: bool = False) -> Any:
+    """:func:`rows` for the fused kernels: None, an ``[M, 1]`` tensor as is (with ``log``,
+    its ``torch.log``), or a scalar as ``[M, 1]`` rows of it (or of ``torch.log`` of it,
+    computed on the device alike). Eager calls take scalars' rows from a per-sampler
+    cache (a view: the kernels only read them), so that a scalar ``top_p`` or ``min_p``
+    costs no fill kernel per call. Captured calls fill their own, as graphs must not read
+    a cached tensor that a later call may drop."""
+    if value is None or isinstance(value, torch.Tensor):
+        return torch.log(value) if log and value is not None else value
+    dev = sampler.device
+    if exchange._capturing(dev):
+        out = rows(value, m, dtype, dev)
+        return torch.log(out) if log else out
+    key = (value, dtype, log)
+    out = sampler._filled.get(key)
+    if out is None or out.shape[0] < m:
+        if len(sampler._filled) >= FILLED_MOST:
+            sampler._filled.clear()
+        out = rows(value, max(m, sampler.capacity), dtype, dev)
+        sampler._filled[key] = out = torch.log(out) if log else out
+    return out[:m]
+
+
 def sample(
     sampler: Any,
     shard: torch.Tensor,
@@ -76,10 +103,11 @@ def sample(
 ) -> torch.Tensor:
     """``t`` fp32 ``[M, 1]``; ``p`` a float < 1 or float64 ``[M, 1]``; ``mp`` None, a
     float > 0 or fp32 ``[M, 1]``."""
-    m, dev = shard.shape[0], sampler.device
-    p = rows(p, m, torch.float64, dev)
-    mp = rows(mp, m, torch.float32, dev)
-    logmp = None if mp is None else torch.log(mp).view(m)
+    m = shard.shape[0]
+    p = filled(sampler, p, m, torch.float64)
+    logmp = filled(sampler, mp, m, torch.float32, log=True)
+    mp = filled(sampler, mp, m, torch.float32)
+    logmp = None if logmp is None else logmp.view(m)
     out, flags, second = sampler._fused.topp_rounds(shard, t.view(m), seeds, p.view(m), logmp)
     return _finish(sampler, "top_p", (shard, t, seeds, None, p, mp), out, flags, second)
 
@@ -99,10 +127,11 @@ def sample_rows_k(
     which is known only on the device); any row with ``64 < k < V`` sets the flag, and
     the fallback recomputes the call."""
     m, dev, fused = shard.shape[0], sampler.device, sampler._fused
-    p = rows(p, m, torch.float64, dev)
-    mp = rows(mp, m, torch.float32, dev)
+    p = filled(sampler, p, m, torch.float64)
+    logmp = filled(sampler, mp, m, torch.float32, log=True)
+    mp = filled(sampler, mp, m, torch.float32)
     pv = None if p is None else p.view(m)
-    logmp = None if mp is None else torch.log(mp).view(m)
+    logmp = None if logmp is None else logmp.view(m)
     kv = k.view(m)
     topk = fused.sample_topk(shard, t.view(m), seeds, kv, pv, logmp)
     if pv is not None:
@@ -177,4 +206,4 @@ def _finish(
     return out
 
 
-__all__ = ["rows", "sample", "sample_rows_k"]
+__all__ = ["FILLED_MOST", "filled", "rows", "sample", "sample_rows_k"]
