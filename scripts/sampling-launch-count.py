@@ -1,0 +1,87 @@
+"""GPU kernels per eager call of every sampling operation, one GPU, world size 1.
+
+``PYTHONPATH=. python scripts/sampling-launch-count.py [--rows 4,128]`` calls each
+operation of :class:`~logits_gather.sampling.sampler.VocabParallelSampler` through the
+public API (argument checks and glue included) under ``torch.profiler`` and prints the
+kernels one call launched, by name, at each M: at most ``single_rows`` rows (one launch
+per round, :mod:`logits_gather.sampling.single`) and above. Memory copies and host syncs
+are listed apart (top-p reads its flags with one sync per eager call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections import Counter
+
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile
+
+
+def _kernels(fn) -> tuple[Counter, Counter]:
+    fn()  # compiled, loaded and bound before the counted call
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels, other = Counter(), Counter()
+    for e in prof.events():
+        kind = str(getattr(e, "device_type", ""))
+        if "CUDA" not in kind:
+            if e.name in ("cudaStreamSynchronize", "cudaMemcpyAsync", "cudaDeviceSynchronize"):
+                other[e.name] += 1
+            continue
+        name = e.name.split("(")[0][:60]
+        (other if "Memcpy" in name or "Memset" in name else kernels)[name] += 1
+    other["cudaDeviceSynchronize"] -= 1  # the profiler's own
+    return kernels, +other
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="4,128")
+    args = ap.parse_args()
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29556")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    from logits_gather.sampling.sampler import VocabParallelSampler
+
+    n = 75776
+    s = VocabParallelSampler(n, 256, device=dev, check_values=False)
+    print(f"fused path: {s._fused is not None}, one launch up to M={s._fused.single_rows}")
+    for m in (int(r) for r in args.rows.split(",")):
+        print(f"\n=== M={m} ({'one' if m <= s._fused.single_rows else 'two'} launches per round)")
+        for name, fn in _ops(s, m, n, dev).items():
+            kernels, other = _kernels(fn)
+            listed = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in kernels.items())
+            extra = f"; also {dict(other)}" if other else ""
+            print(f"{name:<28}{sum(kernels.values()):3d} kernels: {listed}{extra}")
+
+
+def _ops(s, m: int, n: int, dev: torch.device) -> dict:
+    x = (torch.randn(m, n, device=dev) * 3).to(torch.bfloat16)
+    t = torch.full((m,), 0.8, device=dev)
+    seed = torch.arange(m, device=dev)
+    ids = torch.randint(0, n, (m,), device=dev)
+    pr = torch.full((m,), 0.9, device=dev)
+    kr = torch.full((m,), 50, device=dev, dtype=torch.int64)
+    return {
+        "greedy": lambda: s.greedy(x),
+        "sample": lambda: s.sample(x, t, seed),
+        "sample top_k=50": lambda: s.sample(x, t, seed, top_k=50),
+        "sample top_p=0.9": lambda: s.sample(x, t, seed, top_p=0.9),
+        "sample min_p=0.05": lambda: s.sample(x, t, seed, min_p=0.05),
+        "sample top_k=50 top_p=0.9": lambda: s.sample(x, t, seed, top_k=50, top_p=0.9),
+        "sample top_p [M] tensor": lambda: s.sample(x, t, seed, top_p=pr),
+        "sample top_k [M] tensor": lambda: s.sample(x, t, seed, top_k=kr),
+        "logprobs": lambda: s.logprobs(x, ids),
+        "logprobs top_n=5": lambda: s.logprobs(x, ids, 5),
+    }
+
+
+if __name__ == "__main__":
+    main()
