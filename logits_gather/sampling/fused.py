@@ -59,10 +59,20 @@ class Fused:
         barrier: Callable[[], None] | None = None,
         single_rows: int = 0,
     ) -> None:
-        from . import finals, kernels, logprob_writer, nucleus, single, single_filters, spill, topk
+        from . import (
+            finals,
+            kernels,
+            logprob_writer,
+            nucleus,
+            pick,
+            single,
+            single_filters,
+            spill,
+            topk,
+        )
 
         self.k, self.f, self.n, self.t, self.s = kernels, finals, nucleus, topk, spill
-        self.o, self.sf, self.lw = single, single_filters, logprob_writer
+        self.o, self.sf, self.lw, self.pk = single, single_filters, logprob_writer, pick
         self.single_rows = single_rows
         """Eager greedy, sample and logprobs calls of at most this many rows run as one
         launch (:mod:`.single`; 0: never)."""

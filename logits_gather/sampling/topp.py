@@ -132,20 +132,21 @@ def sample_rows_k(
     mp = filled(sampler, mp, m, torch.float32)
     pv = None if p is None else p.view(m)
     logmp = None if logmp is None else logmp.view(m)
-    kv = k.view(m)
+    kv = k.view(m).contiguous()
     topk = fused.sample_topk(shard, t.view(m), seeds, kv, pv, logmp)
     if pv is not None:
         other, need = fused.sample_topp(shard, t.view(m), seeds, pv, logmp)
     else:
-        need = torch.zeros(1, dtype=torch.bool, device=dev)
+        need = torch.empty(1, dtype=torch.bool, device=dev)  # set by pick_rows_k
         if logmp is not None:
             other = fused.sample_minp(shard, t.view(m), seeds, logmp)
         else:
             other = fused.sample(shard, t.view(m), seeds, None)
-    fast = (kv >= 1) & (kv <= MAX_CANDIDATES)
-    served = fast | (kv == 0) | (kv >= sampler.vocab)  # by the top-k or the other path
-    need.logical_or_((~served).any())
-    out = torch.where(fast, topk, other)
+    # topk where 1 <= k <= 64, other where k is 0 or >= V; need where neither serves
+    args = (kv, topk, other, topk, need, m, sampler.vocab)
+    fused.launch(fused.pk.pick_rows_k, (1, 1), args,
+                 {"KMAX": MAX_CANDIDATES, "BLOCK": 256, "OR": pv is not None}, 4)  # fmt: skip
+    out = topk
     return _finish(sampler, "top_k rows", (shard, t, seeds, k, p, mp), out, need)
 
 
