@@ -35,7 +35,7 @@ for s in $steps; do
       --world-size 2 --reps 5 --out "$out/eager" ;;
     spread) step spread 560 bash scripts/gpu-tests.sh -x -k "spread or one-gpu" "$t" ;;
     select) step select 200 python3 -m pytest -m gpu -q tests/test_sampling_select_gpu.py ;;
-    emulated) step emulated 300 env CUDA_MODULE_LOADING=EAGER python3 -m pytest -m gpu -q \
+    emulated) step emulated 500 env CUDA_MODULE_LOADING=EAGER python3 -m pytest -m gpu -q \
       -n 3 tests/test_sampling_emulated_gpu.py ;;
     *) echo "unknown step $s" ;;
   esac

@@ -61,8 +61,9 @@ launcher.Launcher.__call__ = _locked
 
 
 def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: bool = False) -> int:
-    """``single``: greedy, sample and logprobs as one launch (:mod:`.single`; world 1 only:
-    here a waiting program cannot wait for a kernel that runs after its own)."""
+    """``single``: one launch per round (:mod:`.single`, :mod:`.single_filters`: greedy,
+    sample, logprobs, min-p, top-k; world 1 only: here a waiting program cannot wait for
+    a kernel that runs after its own)."""
     gen = torch.Generator().manual_seed(seed)
     v = n * world
     full = torch.randn(m, v, generator=gen) * 3
