@@ -140,6 +140,15 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
             barrier.wait()
 
         f._final = deferred
+    launched: set[str] = set()  # the one-launch kernels that ran
+    for f in fs:
+        real_one = f._one
+
+        def counted(fn, *args, real_one=real_one, **kw):
+            launched.add(fn.__name__)
+            return real_one(fn, *args, **kw)
+
+        f._one = counted
     for op, arg in ops:
         for _ in range(2):  # twice: the second call uses the other parity and epoch 2
             outs = [None] * world
@@ -200,6 +209,8 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
         f"top-p rows left to round 2: {spilled}, of which it decided {rescued}; "
         f"undecided (fallback): {undecided}"
     )
+    if single:
+        print("one-launch kernels run:", ", ".join(sorted(launched)) or "none")
     if rescued == 0 and world == 3 and m > 7 and any(op[0] == "topp" for op in ops):
         print("FAIL: round 2 decided no row of the dense-split case")
         fails += 1
@@ -269,7 +280,11 @@ def check_decode() -> int:
 def main() -> int:
     """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
     ``--only=OP[,OP]``: those operations alone (greedy, sample, sample_k, logprobs, minp,
-    topp, topk_f)."""
+    topp, topk_f). ``--single``: the world-1 one-launch runs alone."""
+    if "--single" in sys.argv:
+        fails = run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
+        print("FAILURES:", fails)
+        return 1 if fails else 0
     fails = check_decode()
     if "--tp8" in sys.argv:
         fails += run(8, 18944, 8, random.randrange(2**31))
