@@ -80,21 +80,18 @@ def sample_topk(
     out = fused._new(shard)
     pv = t if p is None else p
     lmp = t if log_min_p is None else log_min_p
-    consts = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": rowk, "SP": _pow2(splits)}
-    consts.update(TOPP=p is not None, MINP=log_min_p is not None)
+    over = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": rowk, "SP": _pow2(splits)}
+    filters = {"TOPP": p is not None, "MINP": log_min_p is not None}
     warps = plan.final_one if one else 0
     if warps:
         head = (t, seed, flags, pv, lmp, gbest, out, *free)
-        fused._one(fused.sf.topk_one, shard, "sample_k", head, (splits, c), consts, kp, n,
-                   programs, warps)  # fmt: skip
+        fused._one(fused.sf.topk_one, shard, "sample_k", head, (splits, c), over | filters, kp,
+                   n, programs, warps)  # fmt: skip
         return out
-    head = (t, seed, flags)
-    fused._local(fused.t.topk_overflow, shard, head, "sample_k", kp, (k, splits),
-                 {key: consts[key] for key in ("KP", "BITS", "ROWK", "SP")},
-                 programs=programs)  # fmt: skip
+    fused._local(fused.t.topk_overflow, shard, (t, seed, flags), "sample_k", kp, (k, splits),
+                 over, programs=programs)  # fmt: skip
     tail = (t, seed, pv, lmp, gbest, out, c, k)
-    consts = {"KP": kp, "TOPP": p is not None, "MINP": log_min_p is not None, "ROWK": rowk}
-    consts["XBITS"] = xbits(shard.dtype)
+    consts = {"KP": kp, **filters, "ROWK": rowk, "XBITS": over["BITS"]}
     fused._final(fused.t.topk_final, m, mb, tail, consts, plan.final)
     return out
 

@@ -32,13 +32,13 @@ def wanted(self: Any, shard: torch.Tensor) -> bool:
 def launch(
     self: Any, fn: Any, shard: torch.Tensor, op: str, free: tuple, tail: tuple, consts: dict,
     room: int = 0, n: tuple = (), programs: int = 0, warps: int = 0,
-) -> Any:  # fmt: skip
+) -> None:  # fmt: skip
     """Launches ``op``'s one-launch kernel ``fn`` on ``shard``'s rows: arguments ``(x,
     x_stride, *free, *n, mailbox..., *tail)``, ``free`` the call's tensors, ``n`` its
     unspecialised ints; grid ``(M, programs)`` (default: one program per split) of
-    ``warps`` warps (default: the geometry's). Returns the mailbox. Bound launches are
-    kept per mailbox (a new mailbox has new addresses), under what Triton specialises in
-    the free arguments."""
+    ``warps`` warps (default: the geometry's). Bound launches are kept per mailbox (a
+    new mailbox has new addresses), under what Triton specialises in the free
+    arguments."""
     mb = self.box(self.words(op, room), shard.shape[0])
     mb.check()
     x = shard if shard.stride(1) == 1 else shard.contiguous()
@@ -53,7 +53,6 @@ def launch(
     plan = mb.plans.get(key)
     if plan is None or not self.launch.fast(plan, x.shape[0], (*args, *n)):
         _first(self, fn, x, op, free, tail, consts, room, n, mb, key, programs, warps)
-    return mb
 
 
 def _first(self, fn, x, op, free, tail, consts, room, n, mb, key, programs, warps) -> None:

@@ -77,8 +77,10 @@ def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype, log: bool = Fal
     cache (a view: the kernels only read them), so that a scalar ``top_p`` or ``min_p``
     costs no fill kernel per call. Captured calls fill their own, as graphs must not read
     a cached tensor that a later call may drop."""
-    if value is None or isinstance(value, torch.Tensor):
-        return torch.log(value) if log and value is not None else value
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return torch.log(value) if log else value
     dev = sampler.device
     if exchange._capturing(dev):
         out = rows(value, m, dtype, dev)
@@ -93,6 +95,21 @@ def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype, log: bool = Fal
     return out[:m]
 
 
+def filter_rows(sampler: Any, p: Any, mp: Any, m: int) -> tuple[Any, Any, Any, Any]:
+    """``(p, mp, pv, logmp)`` for the fused kernels (:func:`filled`): ``p`` float64 and
+    ``mp`` fp32 ``[M, 1]`` (the fallback's), ``pv`` and ``logmp`` (``log(mp)``) as
+    ``[M]``; each None where its filter is."""
+    p = filled(sampler, p, m, torch.float64)
+    rows_mp = filled(sampler, mp, m, torch.float32)
+    if mp is None:
+        logmp = None
+    elif isinstance(mp, torch.Tensor) or exchange._capturing(sampler.device):
+        logmp = torch.log(rows_mp).view(m)  # under capture: no second fill
+    else:
+        logmp = filled(sampler, mp, m, torch.float32, log=True).view(m)
+    return p, rows_mp, None if p is None else p.view(m), logmp
+
+
 def sample(
     sampler: Any,
     shard: torch.Tensor,
@@ -104,11 +121,8 @@ def sample(
     """``t`` fp32 ``[M, 1]``; ``p`` a float < 1 or float64 ``[M, 1]``; ``mp`` None, a
     float > 0 or fp32 ``[M, 1]``."""
     m = shard.shape[0]
-    p = filled(sampler, p, m, torch.float64)
-    logmp = filled(sampler, mp, m, torch.float32, log=True)
-    mp = filled(sampler, mp, m, torch.float32)
-    logmp = None if logmp is None else logmp.view(m)
-    out, flags, second = sampler._fused.topp_rounds(shard, t.view(m), seeds, p.view(m), logmp)
+    p, mp, pv, logmp = filter_rows(sampler, p, mp, m)
+    out, flags, second = sampler._fused.topp_rounds(shard, t.view(m), seeds, pv, logmp)
     return _finish(sampler, "top_p", (shard, t, seeds, None, p, mp), out, flags, second)
 
 
@@ -127,11 +141,7 @@ def sample_rows_k(
     which is known only on the device); any row with ``64 < k < V`` sets the flag, and
     the fallback recomputes the call."""
     m, dev, fused = shard.shape[0], sampler.device, sampler._fused
-    p = filled(sampler, p, m, torch.float64)
-    logmp = filled(sampler, mp, m, torch.float32, log=True)
-    mp = filled(sampler, mp, m, torch.float32)
-    pv = None if p is None else p.view(m)
-    logmp = None if logmp is None else logmp.view(m)
+    p, mp, pv, logmp = filter_rows(sampler, p, mp, m)
     kv = k.view(m).contiguous()
     topk = fused.sample_topk(shard, t.view(m), seeds, kv, pv, logmp)
     if pv is not None:
@@ -207,4 +217,4 @@ def _finish(
     return out
 
 
-__all__ = ["FILLED_MOST", "filled", "rows", "sample", "sample_rows_k"]
+__all__ = ["FILLED_MOST", "filled", "filter_rows", "rows", "sample", "sample_rows_k"]
