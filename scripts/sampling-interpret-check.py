@@ -100,11 +100,12 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
     ops += [("logprobs", n_) for n_ in (0, 1, 5)] + [("minp", mp) for mp in (0.05, 0.5, 1.0)]
     mixed = torch.tensor([(0.9, 1.0, 0.3, 0.999)[i % 4] for i in range(m)], dtype=torch.float64)
     ops += [("topp", (0.9, None)), ("topp", (0.5, 0.1)), ("topp", (mixed, None))]
-    ops += [("topp", (0.95, 0.01))]
+    ops += [("topp", (0.95, 0.01)), ("topp", (mixed.float(), None))]  # float32: vLLM's
     ops += [("topk_f", (20, 0.9, None)), ("topk_f", (3, 0.5, None)), ("topk_f", (64, mixed, None))]
     ops += [("topk_f", (50, 0.9, 0.05)), ("topk_f", (20, None, 0.1)), ("topk_f", (1, 0.3, None))]
     rowk = torch.tensor([(1, 5, 64, 20, 3)[i % 5] for i in range(m)], dtype=torch.int64)
     ops += [("topk_f", (rowk, None, None)), ("topk_f", (rowk, mixed, 0.05))]
+    ops += [("topk_f", (20, mixed.float(), None))]
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
     ops = [op for op in ops if only is None or op[0] in only]
     undecided = spilled = rescued = 0

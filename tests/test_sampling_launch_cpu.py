@@ -295,3 +295,32 @@ def test_scalar_filters_rows_are_cached_and_exact() -> None:
     for i in range(3 * topp.FILLED_MOST):
         topp.filled(s, i / 1000, 2, torch.float32)
     assert len(s._filled) <= topp.FILLED_MOST
+
+
+def test_row_parameters_reach_the_kernels_contiguous() -> None:
+    """The fused kernels read a per-row parameter at ``ptr + row``: every checked tensor
+    is contiguous, whatever the caller's strides. A float32 ``top_p`` (vLLM's) stays
+    float32, with no conversion kernel (the kernels widen it exactly); other dtypes
+    become float64."""
+    from logits_gather.sampling import checks
+
+    cpu = torch.device("cpu")
+    base = torch.rand(6, 3) * 0.5 + 0.25
+    t = checks.temperature(base[:, 1], 6, cpu, True)
+    assert t.is_contiguous() and torch.equal(t.view(6), base[:, 1])
+    for dtype, want in ((torch.float32, torch.float32), (torch.float64, torch.float64),
+                        (torch.bfloat16, torch.float64)):  # fmt: skip
+        x = base.to(dtype)[:, 2]
+        p = checks.top_p(x, 6, cpu)
+        assert p.dtype == want and p.is_contiguous() and p.shape == (6, 1)
+        assert torch.equal(p.view(6).double(), x.double())
+    mp = checks.min_p(base.double()[:, 0], 6, cpu)
+    assert mp.dtype == torch.float32 and mp.is_contiguous()
+    k = checks.top_k(torch.arange(12, dtype=torch.int32)[::2], 6, 100, cpu)
+    assert (
+        k.dtype == torch.int64 and k.is_contiguous() and k.view(6).tolist() == [0, 2, 4, 6, 8, 10]
+    )
+    s = checks.seed(torch.arange(12)[1::2], 6, cpu)
+    assert s.is_contiguous() and s.tolist() == [1, 3, 5, 7, 9, 11]
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 1.00000001"):
+        checks.top_p(torch.tensor([0.5, 1.00000001], dtype=torch.float64), 2, cpu)  # fp32: 1.0

@@ -53,7 +53,11 @@ def shard(
     return m
 
 
-def _row_vector(name: str, x: Any, m: int, device: torch.device, kind: str) -> torch.Tensor:
+def _row_vector(
+    name: str, x: Any, m: int, device: torch.device, kind: str, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``x`` checked, as a contiguous ``dtype`` tensor on ``device`` (default: fp32 or
+    int64 by ``kind``): the fused kernels index rows as ``ptr + row``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of length M={m}, got {type(x).__name__}")
     floating = x.dtype.is_floating_point
@@ -67,8 +71,8 @@ def _row_vector(name: str, x: Any, m: int, device: torch.device, kind: str) -> t
         )
     if x.device != device and x.device.type != "cpu":
         raise ValueError(f"{name} must be on the CPU or on {device}, got {x.device}")
-    dtype = torch.float32 if kind == "float" else torch.int64
-    return x.to(device=device, dtype=dtype)
+    dtype = dtype or (torch.float32 if kind == "float" else torch.int64)
+    return x.to(device=device, dtype=dtype).contiguous()
 
 
 def temperature(x: Any, m: int, device: torch.device, check_values: bool) -> torch.Tensor:
@@ -146,11 +150,13 @@ def _probability(
     if x is None:
         return None
     if isinstance(x, torch.Tensor):
-        t = _row_vector(name, x, m, device, "float")
+        if dtype == torch.float64 and x.dtype == torch.float32:
+            dtype = x.dtype  # kept: every use widens it to float64 on the device
+        t = _row_vector(name, x, m, device, "float", dtype)
         if check_values and not _capturing(device):
             bad = ~((t > 0) if low_open else (t >= 0)) | ~(t <= 1)
             _bad_row(bad, t, name, rule)
-        return x.to(device=device, dtype=dtype).view(m, 1)
+        return t.view(m, 1)
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise TypeError(
             f"{name} must be None, a float or a floating tensor of length M={m}, "
@@ -162,7 +168,8 @@ def _probability(
 
 
 def top_p(x: Any, m: int, device: torch.device, check_values: bool = True):
-    """None, a float in (0, 1] (1: off), or float64 ``[M, 1]`` on ``device``."""
+    """None, a float in (0, 1] (1: off), or float64 ``[M, 1]`` on ``device`` (a float32
+    tensor stays float32: every use widens it to float64 exactly, on the device)."""
     return _probability("top_p", x, m, device, check_values, True, torch.float64)
 
 

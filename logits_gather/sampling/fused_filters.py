@@ -47,7 +47,7 @@ def sample_topk(
     log_min_p: torch.Tensor | None,
 ) -> torch.Tensor:
     """Top-k (``k`` 1..64, or int64 ``[M]``: rows outside 1..64 get junk tokens), then
-    min-p (``log_min_p`` fp32 ``[M]``) and top-p (``p`` float64 ``[M]``, rows ``>= 1``
+    min-p (``log_min_p`` fp32 ``[M]``) and top-p (``p`` float64 or float32 ``[M]``, rows ``>= 1``
     off) over the exact top-k set (:mod:`.topk`).
 
     Round 1: the largest x of G column groups per split (G * c >= k) bound the
@@ -104,7 +104,7 @@ def sample_topp(
     p: torch.Tensor,
     log_min_p: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-p (``p`` float64 ``[M]``), after min-p if ``log_min_p`` (fp32 ``[M]``):
+    """Top-p (``p`` float64 or float32 ``[M]``), after min-p if ``log_min_p`` (fp32 ``[M]``):
     ``(tokens, need)``, tokens -1 where neither round could decide the nucleus and
     then ``need`` (bool ``[1]``) True (:mod:`.nucleus`, :mod:`.spill`). The rows
     round 1 left to round 2 are those whose ``fused.spilled`` is not DONE. Both rounds

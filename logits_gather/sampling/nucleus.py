@@ -175,7 +175,7 @@ def _nucleus_row(
                    THREADS, TRAP)  # fmt: skip
     gbest = tl.load(gbest_ptr + row)
     t = tl.load(t_ptr + row)
-    p = tl.load(p_ptr + row)
+    p = tl.load(p_ptr + row).to(tl.float64)  # float32 or float64
     tok = index(gbest)
     lam = tl.full((), DONE, tl.int32)
     thr = tl.full((), 0, tl.int64)

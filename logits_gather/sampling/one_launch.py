@@ -48,7 +48,7 @@ def launch(
     for a in free:
         p = a.data_ptr()
         args.append(p)
-        key.append(p & 15)
+        key += (p & 15, a.dtype)
     key = tuple(key)
     plan = mb.plans.get(key)
     if plan is None or not self.launch.fast(plan, x.shape[0], (*args, *n)):

@@ -169,7 +169,7 @@ def topk_final(
     TRAP: tl.constexpr,
 ):  # fmt: skip
     """The token of every row: top-k (``k``; with ``ROWK`` an int64 ``[M]`` tensor), then
-    min-p (``MINP``: ``logmp_ptr`` fp32) and top-p (``TOPP``: ``p_ptr`` float64, rows
+    min-p (``MINP``: ``logmp_ptr`` fp32) and top-p (``TOPP``: ``p_ptr`` float64 or float32, rows
     with ``p >= 1`` off)."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
@@ -217,7 +217,7 @@ def _topk_row(
             kept = kept & ((s - smax) >= lmp)
             left = left & ((ordered_value(fh.to(tl.int32)) - smax) >= lmp)
         if TOPP:
-            p = tl.load(p_ptr + row)
+            p = tl.load(p_ptr + row).to(tl.float64)  # float32 or float64
             if p < 1.0:
                 q = tl.where(kept, _mass(s, smax), 0)
                 # The left-out elements at the cut.

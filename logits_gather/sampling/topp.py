@@ -96,9 +96,9 @@ def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype, log: bool = Fal
 
 
 def filter_rows(sampler: Any, p: Any, mp: Any, m: int) -> tuple[Any, Any, Any, Any]:
-    """``(p, mp, pv, logmp)`` for the fused kernels (:func:`filled`): ``p`` float64 and
-    ``mp`` fp32 ``[M, 1]`` (the fallback's), ``pv`` and ``logmp`` (``log(mp)``) as
-    ``[M]``; each None where its filter is."""
+    """``(p, mp, pv, logmp)`` for the fused kernels (:func:`filled`): ``p`` float64 (a
+    tensor may be float32) and ``mp`` fp32 ``[M, 1]`` (the fallback's), ``pv`` and
+    ``logmp`` (``log(mp)``) as ``[M]``; each None where its filter is."""
     p = filled(sampler, p, m, torch.float64)
     rows_mp = filled(sampler, mp, m, torch.float32)
     if mp is None:
@@ -118,7 +118,7 @@ def sample(
     p: float | torch.Tensor,
     mp: float | torch.Tensor | None,
 ) -> torch.Tensor:
-    """``t`` fp32 ``[M, 1]``; ``p`` a float < 1 or float64 ``[M, 1]``; ``mp`` None, a
+    """``t`` fp32 ``[M, 1]``; ``p`` a float < 1 or float64 / float32 ``[M, 1]``; ``mp`` None, a
     float > 0 or fp32 ``[M, 1]``."""
     m = shard.shape[0]
     p, mp, pv, logmp = filter_rows(sampler, p, mp, m)
