@@ -81,20 +81,8 @@ def variants():
             yield f"nucleus_local MINP={minp}", N.nucleus_local, x, narrow, 4
         again = dict(local, BLOCK=2048, THREADS=128, SLOTS=55)
         yield "again_local", S.again_local, x, again, 4
-        one = dict(local, CAND=64, TRAP=True)  # one launch (single.py), tp=2's geometries
-        yield "greedy_one", O.greedy_one, x, dict(one, KEY=False), 8
-        yield "greedy_one KEY", O.greedy_one, x, dict(one, KEY=True), 8
-        one_narrow = dict(one, BLOCK=2048, THREADS=128, CAND=128)
-        yield "sample_one", O.sample_one, x, one_narrow, 4
-        yield "logprobs_one NP=0", O.logprobs_one, x, dict(one, NP=0, XBITS=bits), 8
-        yield "logprobs_one NP=8", O.logprobs_one, x, dict(one_narrow, NP=8, XBITS=bits), 4
-        yield "minp_one", SF.minp_one, x, one_narrow, 4
-        for rowk in (False, True):  # single_filters.py, tp=2's top_k=50 plan
-            probe = dict(one, G=8, ROWK=rowk, BITS=bits)
-            yield f"probe_one G=8 ROWK={rowk}", SF.probe_one, x, probe, 8
-            for topp, minp in ((0, 0), (1, 1)):
-                tk = dict(one, KP=64, BITS=bits, ROWK=rowk, SP=32, TOPP=topp, MINP=minp)
-                yield f"topk_one KP=64 ROWK={rowk} TOPP={topp}", SF.topk_one, x, tk, 8
+        for ticket in (False, True):  # one launch (single.py), tp=2's geometries
+            yield from _ones(x, bits, dict(local, CAND=64, TRAP=True, TICKET=ticket))
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
@@ -126,13 +114,31 @@ def variants():
     tf = dict(final, CAND=8, KP=2, THREADS=256, TOPP=1, MINP=1, ROWK=1, XBITS=16)
     yield "topk_final small", T.topk_final, None, tf, 8
     yield "logprobs_final small", F.logprobs_final, None, dict(final, CAND=8, NP=8, THREADS=128), 4
-    one = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256, "CAND": 8, "TRAP": True}
+    one = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256, "CAND": 8, "TRAP": True, "TICKET": False}
     yield "greedy_one small", O.greedy_one, "*bf16", dict(one, KEY=False), 8
     yield "logprobs_one small", O.logprobs_one, "*bf16", dict(one, NP=0, XBITS=16), 8
     probe = dict(one, G=8, ROWK=True, BITS=16, THREADS=64)  # the plan's probe_one there
     yield "probe_one small", SF.probe_one, "*bf16", probe, 2
     tk = dict(one, KP=2, BITS=16, ROWK=True, SP=2, TOPP=1, MINP=1, THREADS=32)
     yield "topk_one small", SF.topk_one, "*bf16", tk, 1
+
+
+def _ones(x: str, bits: int, one: dict):
+    """The one-launch variants (single.py, single_filters.py) over ``one``'s constants."""
+    tag = " TICKET" if one["TICKET"] else ""
+    yield f"greedy_one{tag}", O.greedy_one, x, dict(one, KEY=False), 8
+    yield f"greedy_one KEY{tag}", O.greedy_one, x, dict(one, KEY=True), 8
+    one_narrow = dict(one, BLOCK=2048, THREADS=128, CAND=128)
+    yield f"sample_one{tag}", O.sample_one, x, one_narrow, 4
+    yield f"logprobs_one NP=0{tag}", O.logprobs_one, x, dict(one, NP=0, XBITS=bits), 8
+    yield f"logprobs_one NP=8{tag}", O.logprobs_one, x, dict(one_narrow, NP=8, XBITS=bits), 4
+    yield f"minp_one{tag}", SF.minp_one, x, one_narrow, 4
+    for rowk in (False, True):  # single_filters.py, tp=2's top_k=50 plan
+        probe = dict(one, G=8, ROWK=rowk, BITS=bits)
+        yield f"probe_one G=8 ROWK={rowk}{tag}", SF.probe_one, x, probe, 8
+        for topp, minp in ((0, 0), (1, 1)):
+            tk = dict(one, KP=64, BITS=bits, ROWK=rowk, SP=32, TOPP=topp, MINP=minp)
+            yield f"topk_one KP=64 ROWK={rowk} TOPP={topp}{tag}", SF.topk_one, x, tk, 8
 
 
 def _usage(cubin: bytes) -> tuple[int, int]:

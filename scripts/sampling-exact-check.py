@@ -42,13 +42,17 @@ def rows(gen: torch.Generator, dt: torch.dtype, trial: int, dev: torch.device):
     return x, t, seed, p, mp, k
 
 
+TICKETS = "--tickets" in sys.argv
+"""``--tickets``: the one-launch rounds' programs take work by ticket (single.py)."""
+
+
 def main() -> int:
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev)
     gen.manual_seed(6)
     wrong_total = 0
     for dt in (torch.bfloat16, torch.float16, torch.float32):
-        f = Ranks(1, N, M, dev, wait_ctas=0).fused[0]
+        f = Ranks(1, N, M, dev, wait_ctas=0, ticket_rows=0 if TICKETS else None).fused[0]
         wrong = undecided = second = calls = 0
         for trial in range(16):
             x, t, seed, p, mp, k = rows(gen, dt, trial, dev)
@@ -63,7 +67,8 @@ def main() -> int:
             wrong += int((tok != reference.sample(x, t, seed, top_k=k)).sum())
             calls += 3
         print(
-            f"{dt}: {calls} calls x {M} rows, wrong {wrong}, top-p rows to round 2 {second}, "
+            f"{dt}{' (tickets)' if TICKETS else ''}: {calls} calls x {M} rows, wrong {wrong}, "
+            f"top-p rows to round 2 {second}, "
             f"undecided {undecided}",
             flush=True,
         )

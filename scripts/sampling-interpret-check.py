@@ -35,6 +35,7 @@ from logits_gather.sampling import (  # noqa: E402
     masses,
     reference,
     rng,
+    single,
 )
 from tests.emulated import Box  # noqa: E402
 
@@ -60,10 +61,13 @@ def _locked(self, *args):
 launcher.Launcher.__call__ = _locked
 
 
-def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: bool = False) -> int:
+def run(
+    world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: bool = False,
+    ticket: bool = False,
+) -> int:  # fmt: skip
     """``single``: one launch per round (:mod:`.single`, :mod:`.single_filters`: greedy,
     sample, logprobs, min-p, top-k; world 1 only: here a waiting program cannot wait for
-    a kernel that runs after its own)."""
+    a kernel that runs after its own); ``ticket``: their programs take work by ticket."""
     gen = torch.Generator().manual_seed(seed)
     v = n * world
     full = torch.randn(m, v, generator=gen) * 3
@@ -129,7 +133,12 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
 
     barrier = threading.Barrier(world)
     one = m if single else 0
-    fs = [fused.Fused(n, world, r, box_for(r), False, 2, single_rows=one) for r in range(world)]
+    fs = [
+        fused.Fused(
+            n, world, r, box_for(r), False, 2, single_rows=one, ticket_rows=0 if ticket else None
+        )
+        for r in range(world)
+    ]
     for f in fs:
         real = f._final
 
@@ -203,7 +212,7 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
                     print(lp, want.logprobs, tid, want.top_ids)
             mix = isinstance(arg, tuple) and any(isinstance(a, torch.Tensor) for a in arg)
             tag = "mixed" if mix else arg
-            how = " (one launch)" if single else ""
+            how = (" (one launch, tickets)" if ticket else " (one launch)") if single else ""
             print(f"world={world} n={n} m={m} {op} {tag}{how} rank {r}: {'ok' if ok else 'FAIL'}")
             fails += not ok
     print(
@@ -212,6 +221,10 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
     )
     if single:
         print("one-launch kernels run:", ", ".join(sorted(launched)) or "none")
+        busy = [w for w, made in boxes.items() for b in made if b.arrivals.any()]
+        if busy:  # tickets and arrival counts are back to 0 after every call
+            print(f"FAIL: arrivals left nonzero in the {sorted(set(busy))}-word mailboxes")
+            fails += 1
     if rescued == 0 and world == 3 and m > 7 and any(op[0] == "topp" for op in ops):
         print("FAIL: round 2 decided no row of the dense-split case")
         fails += 1
@@ -278,15 +291,34 @@ def check_decode() -> int:
     return fails
 
 
+@triton.jit
+def _ticket_kernel(arrivals, order, seen):
+    row, split = single.place(arrivals, True)
+    tl.store(order + row * tl.num_programs(1) + split, tl.atomic_add(seen, 1))
+
+
+def check_tickets() -> int:
+    """Tickets hand out rows in order (:mod:`.single`, Progress): the ``i``-th program to
+    start works on split ``i % S`` of row ``i // S``, and the counter is 0 afterwards."""
+    arrivals, seen = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    order = torch.full((7, 3), -1, dtype=torch.int32)
+    _ticket_kernel[(7, 3)](arrivals, order, seen)
+    ok = torch.equal(order.flatten(), torch.arange(21, dtype=torch.int32)) and not arrivals.any()
+    print(f"tickets in row order, counter reset: {'ok' if ok else 'FAIL'}")
+    return not ok
+
+
 def main() -> int:
     """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
     ``--only=OP[,OP]``: those operations alone (greedy, sample, sample_k, logprobs, minp,
     topp, topk_f). ``--single``: the world-1 one-launch runs alone."""
     if "--single" in sys.argv:
-        fails = run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
+        fails = check_tickets()
+        fails += run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
+        fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, True, ticket=True)
         print("FAILURES:", fails)
         return 1 if fails else 0
-    fails = check_decode()
+    fails = check_decode() + check_tickets()
     if "--tp8" in sys.argv:
         fails += run(8, 18944, 8, random.randrange(2**31))
     for world, n, m, dtype in (
@@ -301,6 +333,7 @@ def main() -> int:
         fails += run(world, n, m, random.randrange(2**31), dtype)
     for n, m, dtype in ((300, 5, torch.bfloat16), (9000, 6, torch.float16)):
         fails += run(1, n, m, random.randrange(2**31), dtype, single=True)
+    fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, True, ticket=True)
     # One program per row for the idle writers (topk_overflow, again_local), so each
     # serves several splits in turn, as at M > 32 on GPUs: row 7 reaches top-p's round
     # 2 and rows 0 and 4 overflow top-k's slots.

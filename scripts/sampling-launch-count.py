@@ -3,8 +3,9 @@
 ``PYTHONPATH=. python scripts/sampling-launch-count.py [--rows 4,128]`` calls each
 operation of :class:`~logits_gather.sampling.sampler.VocabParallelSampler` through the
 public API (argument checks and glue included) under ``torch.profiler`` and prints the
-kernels one call launched, by name, at each M: at most ``single_rows`` rows (one launch
-per round, :mod:`logits_gather.sampling.single`) and above. Memory copies and host syncs
+kernels one call launched, by name, at each M: one launch per round
+(:mod:`logits_gather.sampling.single`), by program id up to ``ticket_rows`` rows and by
+ticket above (world size 1 has a GPU of its own). Memory copies and host syncs
 are listed apart (top-p reads its flags with one sync per eager call).
 """
 
@@ -52,9 +53,13 @@ def main() -> None:
 
     n = 75776
     s = VocabParallelSampler(n, 256, device=dev, check_values=False)
-    print(f"fused path: {s._fused is not None}, one launch up to M={s._fused.single_rows}")
+    f = s._fused
+    print(f"fused path: {f is not None}, one launch up to M={f.single_rows}, "
+          f"by ticket above M={f.ticket_rows}")  # fmt: skip
     for m in (int(r) for r in args.rows.split(",")):
-        print(f"\n=== M={m} ({'one' if m <= s._fused.single_rows else 'two'} launches per round)")
+        f = s._fused
+        how = "two" if m > f.single_rows else "one, by ticket" if m > f.ticket_rows else "one"
+        print(f"\n=== M={m} ({how} launch(es) per round)")
         for name, fn in _ops(s, m, n, dev).items():
             kernels, other = _kernels(fn)
             listed = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in kernels.items())
@@ -69,6 +74,7 @@ def _ops(s, m: int, n: int, dev: torch.device) -> dict:
     ids = torch.randint(0, n, (m,), device=dev)
     pr = torch.full((m,), 0.9, device=dev)
     kr = torch.full((m,), 50, device=dev, dtype=torch.int64)
+    pr64 = pr.double()
     return {
         "greedy": lambda: s.greedy(x),
         "sample": lambda: s.sample(x, t, seed),
@@ -76,7 +82,8 @@ def _ops(s, m: int, n: int, dev: torch.device) -> dict:
         "sample top_p=0.9": lambda: s.sample(x, t, seed, top_p=0.9),
         "sample min_p=0.05": lambda: s.sample(x, t, seed, min_p=0.05),
         "sample top_k=50 top_p=0.9": lambda: s.sample(x, t, seed, top_k=50, top_p=0.9),
-        "sample top_p [M] tensor": lambda: s.sample(x, t, seed, top_p=pr),
+        "sample top_p [M] float32": lambda: s.sample(x, t, seed, top_p=pr),
+        "sample top_p [M] float64": lambda: s.sample(x, t, seed, top_p=pr64),
         "sample top_k [M] tensor": lambda: s.sample(x, t, seed, top_k=kr),
         "logprobs": lambda: s.logprobs(x, ids),
         "logprobs top_n=5": lambda: s.logprobs(x, ids, 5),

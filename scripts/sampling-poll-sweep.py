@@ -65,24 +65,31 @@ def finals(columns: int, world: int):
     for n in TOP_NS:
         lp = dict(base, CAND=narrow.cand, NP=room(n))
         yield f"logprobs_final top_n={n}", F.logprobs_final, lp, 4
-    # The one-launch kernels (single.py) wait inside their writers' geometry.
+    # The one-launch kernels (single.py) wait inside their writers' geometry, their
+    # programs working by program id or by ticket.
+    for ticket in (False, True):
+        yield from _ones(wide, narrow, dict(base, TICKET=ticket), world)
+
+
+def _ones(wide, narrow, base: dict, world: int):
+    tag = " ticket" if base["TICKET"] else ""
     one = dict(base, BLOCK=wide.block, WORLD=world, CAND=wide.cand)
     one_n = dict(base, BLOCK=narrow.block, WORLD=world, CAND=narrow.cand)
-    yield "greedy_one", O.greedy_one, dict(one, KEY=False), wide.warps
-    yield "sample_one", O.sample_one, one_n, narrow.warps
-    yield "logprobs_one top_n=0", O.logprobs_one, dict(one, NP=0, XBITS=16), wide.warps
+    yield f"greedy_one{tag}", O.greedy_one, dict(one, KEY=False), wide.warps
+    yield f"sample_one{tag}", O.sample_one, one_n, narrow.warps
+    yield f"logprobs_one top_n=0{tag}", O.logprobs_one, dict(one, NP=0, XBITS=16), wide.warps
     for n in TOP_NS:
         lp = dict(one_n, NP=room(n), XBITS=16)
-        yield f"logprobs_one top_n={n}", O.logprobs_one, lp, narrow.warps
-    yield "minp_one", SF.minp_one, one_n, narrow.warps
+        yield f"logprobs_one top_n={n}{tag}", O.logprobs_one, lp, narrow.warps
+    yield f"minp_one{tag}", SF.minp_one, one_n, narrow.warps
     for k in KS:  # single_filters.py: warps from the plan (0: two launches there)
         plan = wide.topk(k)
         for rowk in (False, True):
             probe = dict(one, G=plan.g, ROWK=rowk, BITS=16)
             if plan.probe_one:
-                yield f"probe_one k={k} rowk={rowk}", SF.probe_one, probe, plan.probe_one
+                yield f"probe_one k={k} rowk={rowk}{tag}", SF.probe_one, probe, plan.probe_one
             tk = dict(one, KP=plan.kp, BITS=16, ROWK=rowk, SP=_pow2(wide.splits), TOPP=1, MINP=1)
-            yield f"topk_one k={k} rowk={rowk}", SF.topk_one, tk, plan.final_one
+            yield f"topk_one k={k} rowk={rowk}{tag}", SF.topk_one, tk, plan.final_one
 
 
 def main() -> int:

@@ -30,7 +30,7 @@ class Box:
         self.parity_stride = capacity * self.row_elems
         self.data = torch.zeros(2 * self.parity_stride, dtype=torch.int64, device=device)
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
-        self.arrivals = torch.zeros(capacity, dtype=torch.int32, device=device)
+        self.arrivals = torch.zeros(1 + capacity, dtype=torch.int32, device=device)
         self.plans: dict[tuple, object] = {}
         pinned = device.type == "cuda"
         self.status = torch.zeros(4, dtype=torch.int32, pin_memory=pinned)
@@ -58,6 +58,7 @@ class Ranks:
         timeout_s: float = 20.0,
         wait_ctas: int | None = None,
         single_rows: int | None = None,
+        ticket_rows: int | None = None,
     ) -> None:
         self.world, self.columns, self.capacity, self.device = world, columns, capacity, device
         self.timeout_s = timeout_s
@@ -80,6 +81,7 @@ class Ranks:
                 wait_ctas or None,
                 device.index,
                 single_rows=single_rows,
+                ticket_rows=ticket_rows,
             )  # fmt: skip
             for r in range(world)
         ]

@@ -324,3 +324,44 @@ def test_row_parameters_reach_the_kernels_contiguous() -> None:
     assert s.is_contiguous() and s.tolist() == [1, 3, 5, 7, 9, 11]
     with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 1.00000001"):
         checks.top_p(torch.tensor([0.5, 1.00000001], dtype=torch.float64), 2, cpu)  # fp32: 1.0
+
+
+def test_one_launch_takes_tickets_above_ticket_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One-launch calls of more than ``ticket_rows`` rows take work by ticket
+    (single.py, Progress), up to ``single_rows`` rows; the bound launches are kept apart
+    by that choice and by the free tensors' dtypes."""
+    from types import SimpleNamespace
+
+    from logits_gather.sampling import one_launch
+
+    launched: list = []
+    box = SimpleNamespace(plans={}, check=lambda: None, peers=0, data=0, epoch=0, arrivals=0,
+                          parity_stride=0, row_elems=0, status_ptr=0, timeout_us=1)  # fmt: skip
+    geo = SimpleNamespace(block=4096, warps=8, splits=2, cand=8)
+    f = SimpleNamespace(box=lambda words, rows: box, words=lambda op, room: 2, rank=0, world=2,
+                        geometry=lambda op, room: geo, columns=8192, col0=0, trap=False,
+                        single_rows=100, ticket_rows=10, single_in_graphs=False)  # fmt: skip
+
+    class _Launch:
+        def __call__(self, fn, grid, args, consts, warps):
+            launched.append((grid, consts["TICKET"]))
+
+        def bind(self, *args):
+            return object()
+
+        def fast(self, plan, m, args):
+            launched.append(("bound", m))
+            return True
+
+    f.launch = _Launch()
+    fn = object()
+    for m in (4, 10, 11, 100):
+        shard = torch.zeros(m, 8192)
+        assert one_launch.wanted(f, shard)
+        one_launch.launch(f, fn, shard, "greedy", (torch.zeros(1),), (), {})
+    assert not one_launch.wanted(f, torch.zeros(101, 8192))
+    grids = [g for g in launched if g[0] != "bound"]
+    assert [t for _, t in grids] == [False, True]  # 4 and 11 compile; 10 and 100 bound
+    assert launched[1] == ("bound", 10) and launched[3] == ("bound", 100)
+    one_launch.launch(f, fn, torch.zeros(4, 8192), "greedy", (torch.zeros(1).double(),), (), {})
+    assert launched[-1][1] is False and launched[-1][0] != "bound"  # another dtype: compiled

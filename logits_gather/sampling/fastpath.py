@@ -37,8 +37,10 @@ fused path too (:func:`.topp.sample_rows_k`). (It was opt-in until the sampler-l
 routing, whose first multi-process run found a flag bug, passed the multi-process GPU
 tests after the fix: README, GPU tests.)"""
 SINGLE_ENV = "LOGITS_GATHER_SAMPLING_SINGLE"
-"""``0``: greedy, sample and logprobs always take two launches; ``1`` or unset: one launch
-while ``M`` is at most :func:`single_rows` (:mod:`.single`)."""
+"""``0``: every round takes two launches (a writer, then a waiting kernel); ``1`` or unset:
+eager rounds take one launch (:mod:`.single`, :mod:`.single_filters`), at any ``M`` where
+each rank has a GPU of its own, and while ``M`` is at most :func:`single_rows` where
+ranks share one."""
 MAX_WORLD = 4
 """The most ranks the fused path serves by default: its multi-process GPU tests passed at
 tp 2 and 4; at tp 8 it has passed only with ranks emulated in one process (the one
@@ -90,9 +92,11 @@ def _on(device: torch.device):
 
 
 def single_rows(infos: list[dict[str, Any]]) -> int:
-    """The most rows of a one-launch call (:mod:`.single`): its readers, one per row and
-    rank, may spin while writers still need room, so all the ranks on a GPU together
-    keep at most half of its SMs waiting."""
+    """The most rows of a one-launch call whose programs work by program id
+    (:mod:`.single`, Progress): its readers, one per row and rank, may spin while writers
+    still need room, so all the ranks on a GPU together keep at most half of its SMs
+    waiting. Above it, ranks alone on their GPU take work by ticket, at any ``M``; ranks
+    that share one take two launches."""
     return max(1, symmetric.max_ctas(infos) // 2)
 
 
@@ -190,7 +194,8 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool
             wait_ctas,
             device.index,
             None if wait_ctas is None else sharing_barrier(sampler.group, sampler.timeout_s),
-            single if one else 0,
+            (sampler.capacity if wait_ctas is None else single) if one else 0,
+            single,
         )
         for op in ("greedy", "sample"):
             sampler._box(f.words(op), sampler.capacity)

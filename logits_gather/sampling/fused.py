@@ -45,7 +45,9 @@ class Fused:
     rank (collective when it has to build one); ``wait_ctas`` bounds the waiting
     kernels' grids; ``index`` is the CUDA device the launches go to; ``barrier`` (ranks
     that share a GPU) runs before each kernel variant's first launch (:class:`.Launcher`);
-    ``single_rows`` is the most rows a one-launch call may have (:mod:`.single`)."""
+    ``single_rows`` is the most rows a one-launch call may have, and above ``ticket_rows``
+    rows (default: ``single_rows``) its programs take their work by ticket
+    (:mod:`.single`, Progress)."""
 
     def __init__(
         self,
@@ -58,6 +60,7 @@ class Fused:
         index: int | None = None,
         barrier: Callable[[], None] | None = None,
         single_rows: int = 0,
+        ticket_rows: int | None = None,
     ) -> None:
         from . import (
             finals,
@@ -76,6 +79,9 @@ class Fused:
         self.single_rows = single_rows
         """Eager greedy, sample and logprobs calls of at most this many rows run as one
         launch (:mod:`.single`; 0: never)."""
+        self.ticket_rows = single_rows if ticket_rows is None else ticket_rows
+        """One-launch calls of more rows than this take their work by ticket, which needs
+        one rank per GPU (:mod:`.single`, Progress)."""
         self.single_in_graphs = False
         """Whether captured calls take one launch too. Off: on one H200 the device times
         are within about 1 us either way (greedy at M=64 8.9 us in one launch, 8.3 in two;

@@ -78,7 +78,13 @@ def full(N, BLOCK: tl.constexpr):
     in nucleus_local, 40 to 36 in topk_local, 27 to 24 in logprobs_local (top-n); topk_local
     took 11.6 instead of 11.9 us at M=64 (one H200). (The two calls written once, in a
     ``tl.static_range(2)`` loop, compiled to other code: logprobs_local spilled.)"""
-    return (tl.program_id(1) + 1) * BLOCK <= N
+    return full_at(tl.program_id(1), N, BLOCK)
+
+
+@triton.jit
+def full_at(split, N, BLOCK: tl.constexpr):
+    """:func:`full` of split ``split``."""
+    return (split + 1) * BLOCK <= N
 
 
 @triton.jit
@@ -114,33 +120,34 @@ def greedy_local(
     x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    greedy_write(x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK, WORLD,
-                 THREADS)  # fmt: skip
+    greedy_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, peers,
+                 epoch, pstride, relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
 
 
 @triton.jit
 def greedy_write(
-    x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
+    row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    """:func:`greedy_local`'s work, on a full split or a row's last (also :mod:`.single`'s)."""
-    if full(N, BLOCK):
-        _greedy_local(x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK,
-                      WORLD, THREADS, True)  # fmt: skip
+    """:func:`greedy_local`'s work for split ``split`` of row ``row`` (int64), a full split
+    or a row's last (also :mod:`.single`'s)."""
+    if full_at(split, N, BLOCK):
+        _greedy_local(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
+                      BLOCK, WORLD, THREADS, True)  # fmt: skip
     else:
-        _greedy_local(x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK,
-                      WORLD, THREADS, False)  # fmt: skip
+        _greedy_local(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
+                      BLOCK, WORLD, THREADS, False)  # fmt: skip
 
 
 @triton.jit
 def _greedy_local(
-    x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
+    row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
+    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
     best = best_key(x, gidx, mask)
     ep, off = _target(epoch, pstride, relems, row)
-    ll.put_few(peers, off, own + tl.program_id(1), best, best, ep, 1, WORLD, THREADS)
+    ll.put_few(peers, off, own + split, best, best, ep, 1, WORLD, THREADS)
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -152,30 +159,32 @@ def sample_local(
     key where the row may be greedy (T == 0, a NaN or +inf, an overflowing s, or
     this split all -inf); elsewhere its value part alone (the split's x max) is exact,
     which is all the final kernel reads of it (see :func:`.finals._use_greedy`)."""
-    sample_write(x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
-                 BLOCK, WORLD, THREADS)  # fmt: skip
+    sample_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
+                 seed_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, WORLD,
+                 THREADS)  # fmt: skip
 
 
 @triton.jit
 def sample_write(
-    x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
+    row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    """:func:`sample_local`'s work, on a full split or a row's last (also :mod:`.single`'s)."""
-    if full(N, BLOCK):
-        _sample_local(x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N,
-                      col0, BLOCK, WORLD, THREADS, True)  # fmt: skip
+    """:func:`sample_local`'s work for split ``split`` of row ``row``, a full split or a
+    row's last (also :mod:`.single`'s)."""
+    if full_at(split, N, BLOCK):
+        _sample_local(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride,
+                      relems, own, N, col0, BLOCK, WORLD, THREADS, True)  # fmt: skip
     else:
-        _sample_local(x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N,
-                      col0, BLOCK, WORLD, THREADS, False)  # fmt: skip
+        _sample_local(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride,
+                      relems, own, N, col0, BLOCK, WORLD, THREADS, False)  # fmt: skip
 
 
 @triton.jit
 def _sample_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
+    row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
+    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
     t = tl.load(t_ptr + row)
     if t == 0.0:  # a greedy row: no noise
         gx = best_key(x, gidx, mask)
@@ -188,7 +197,7 @@ def _sample_local(
         if (xmax != xmax) | (tl.abs(xmax) == float("inf")) | (value(best) == float("inf")):
             gx = best_key(x, gidx, mask)
     ep, off = _target(epoch, pstride, relems, row)
-    ll.put_few(peers, off, own + tl.program_id(1) * 2, gx, best, ep, 2, WORLD, THREADS)
+    ll.put_few(peers, off, own + split * 2, gx, best, ep, 2, WORLD, THREADS)
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -200,7 +209,18 @@ def topk_probe(
     ``ordered32(x) << 32``]. Their k-th largest is at most the row's k-th largest x when
     at least k groups hold a column, and ``x * (1 / T)`` is monotone, so its scores bound
     the row's k-th largest s from below: round 2's bound (:func:`.finals.topk_reduce`)."""
-    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+    probe_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, peers, epoch,
+                pstride, relems, own, N, col0, BLOCK, G, WORLD, THREADS)  # fmt: skip
+
+
+@triton.jit
+def probe_write(
+    row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
+    BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """:func:`topk_probe`'s work for split ``split`` of row ``row`` (also
+    :mod:`.single_filters`')."""
+    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
     tops = tl.max(tl.reshape(h, [G, BLOCK // G]), 1)
     i = tl.arange(0, THREADS)
@@ -208,7 +228,7 @@ def topk_probe(
     lanes = tl.where(i % 2 == 0, 0, word)  # low half 0, high half the ordered x
     lanes = ll.lane_word(lanes, 0, key_at(h, gidx, tl.max(tops, 0))[0], THREADS)
     ep, off = _target(epoch, pstride, relems, row)
-    ll.put_lanes(peers, off, own + tl.program_id(1) * (1 + G), lanes, 1 + G, ep, WORLD, THREADS)
+    ll.put_lanes(peers, off, own + split * (1 + G), lanes, 1 + G, ep, WORLD, THREADS)
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -218,7 +238,19 @@ def minp_local(
 ):  # fmt: skip
     """min-p after :func:`.finals.greedy_final`: [global greedy key, best score key among
     ``(s - s_max) >= log(min_p)``] with ``s_max = x_max * (1 / T)``; the sample format."""
-    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK)
+    minp_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
+               seed_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride, relems, own, N, col0,
+               BLOCK, WORLD, THREADS)  # fmt: skip
+
+
+@triton.jit
+def minp_write(
+    row, split, x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride,
+    relems, own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """:func:`minp_local`'s work for split ``split`` of row ``row`` (also
+    :mod:`.single_filters`')."""
+    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     gbest = tl.load(gbest_ptr + row)
     r = inv_t(tl.load(t_ptr + row))
     smax = scale(value(gbest), r)
@@ -226,4 +258,4 @@ def minp_local(
     keep = mask & ((s - smax) >= tl.load(logmp_ptr + row))
     best = argmax_key(g, gidx, keep)  # a NaN s is never kept
     ep, off = _target(epoch, pstride, relems, row)
-    ll.put_few(peers, off, own + tl.program_id(1) * 2, gbest, best, ep, 2, WORLD, THREADS)
+    ll.put_few(peers, off, own + split * 2, gbest, best, ep, 2, WORLD, THREADS)

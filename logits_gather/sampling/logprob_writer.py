@@ -9,7 +9,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import ll
-from .kernels import _load_row, _target, full
+from .kernels import _load_at, _target, full_at
 from .keys import KEY_MIN, LOW, key_at, ordered32, radix_bits
 
 
@@ -22,34 +22,34 @@ def logprobs_local(
     """Head word: the token's logit (fp32 bits; NaN where this rank does not own it).
     Split words: (max, sum exp(x - max)) as fp32 bits (low, high), then the ``n``
     largest keys (x, j) in ``NP`` slots."""
-    logprobs_write(x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
-                   BLOCK, NP, XBITS, WORLD, THREADS)  # fmt: skip
+    logprobs_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, ids_ptr,
+                   peers, epoch, pstride, relems, own, n, N, col0, BLOCK, NP, XBITS, WORLD,
+                   THREADS)  # fmt: skip
 
 
 @triton.jit
 def logprobs_write(
-    x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
+    row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
     BLOCK: tl.constexpr, NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr,
     THREADS: tl.constexpr,
 ):  # fmt: skip
-    """:func:`logprobs_local`'s work, on a full split or a row's last (also
-    :mod:`.single`'s)."""
-    if full(N, BLOCK):
-        _logprobs_local(x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N,
-                        col0, BLOCK, NP, XBITS, WORLD, THREADS, True)  # fmt: skip
+    """:func:`logprobs_local`'s work for split ``split`` of row ``row``, a full split or a
+    row's last (also :mod:`.single`'s)."""
+    if full_at(split, N, BLOCK):
+        _logprobs_local(row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems,
+                        own, n, N, col0, BLOCK, NP, XBITS, WORLD, THREADS, True)  # fmt: skip
     else:
-        _logprobs_local(x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N,
-                        col0, BLOCK, NP, XBITS, WORLD, THREADS, False)  # fmt: skip
+        _logprobs_local(row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems,
+                        own, n, N, col0, BLOCK, NP, XBITS, WORLD, THREADS, False)  # fmt: skip
 
 
 @triton.jit
 def _logprobs_local(
-    x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
+    row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
     BLOCK: tl.constexpr, NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr,
     THREADS: tl.constexpr, FULL: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
-    split = tl.program_id(1)
+    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
     m = tl.max(x, 0)
     shift = tl.where(m == float("-inf"), 0.0, m)
     total = tl.sum(tl.where(mask, libdevice.exp(x - shift), 0.0), 0)

@@ -36,9 +36,11 @@ def launch(
     """Launches ``op``'s one-launch kernel ``fn`` on ``shard``'s rows: arguments ``(x,
     x_stride, *free, *n, mailbox..., *tail)``, ``free`` the call's tensors, ``n`` its
     unspecialised ints; grid ``(M, programs)`` (default: one program per split) of
-    ``warps`` warps (default: the geometry's). Bound launches are kept per mailbox (a
+    ``warps`` warps (default: the geometry's); its programs take tickets above
+    ``ticket_rows`` rows (:mod:`.single`, Progress). Bound launches are kept per mailbox (a
     new mailbox has new addresses), under what Triton specialises in the free
     arguments."""
+    consts = dict(consts, TICKET=shard.shape[0] > self.ticket_rows)
     mb = self.box(self.words(op, room), shard.shape[0])
     mb.check()
     x = shard if shard.stride(1) == 1 else shard.contiguous()

@@ -8,7 +8,8 @@ greedy call, and on the device a launch gap.
 
 Arrival protocol
 ----------------
-Each mailbox has a private ``int32 [capacity]`` arrival count per row, zero at rest.
+Each mailbox has a private ``int32 [1 + capacity]`` word array (``arrivals``), zero at
+rest: word 0 is the ticket counter, word ``1 + row`` the row's arrival count.
 
 - A program stores its words (:mod:`.ll`), crosses a CTA barrier, and one thread adds 1
   to its row's count (``atom.acq_rel.gpu``). The program that gets ``S - 1`` is the
@@ -24,13 +25,30 @@ Each mailbox has a private ``int32 [capacity]`` arrival count per row, zero at r
 - Both paths share mailboxes, epochs and word layouts, so calls may alternate between
   them (the sampler picks by ``M``), and ranks could even differ.
 
-Progress: a reader spins inside a kernel whose other programs may not have started yet,
-so it relies on co-residency, unlike the separate waiting kernel. At most ``M`` readers
-per rank wait at once (one per row, each after its own rank's programs of that row
-ended), and they wait only for peers' writers, which never wait. So this kernel is used
-only while the readers of every rank on a GPU cannot fill it: ``M`` at most half the
-SMs (one rank per GPU), or half the SMs divided among the ranks that share the GPU
-(:func:`.fastpath.single_rows`). The writers then always find room, on every GPU.
+Progress
+--------
+A reader spins inside a kernel whose other programs may not have started yet, so the
+kernel must not let readers take every slot while a writer they need has none. Two
+ways, picked per call (``TICKET``):
+
+- Work by program id (``M`` at most ``ticket_rows``): program ``(row, split)`` writes
+  that split. At most ``M`` readers per rank wait at once, and only for peers' writers,
+  which never wait; so this runs only while the readers of every rank on a GPU cannot
+  fill it: ``M`` at most half the SMs (one rank per GPU), or half the SMs divided among
+  the ranks that share the GPU (:func:`.fastpath.single_rows`).
+- Work by ticket (any ``M``, one rank per GPU): each program first takes a ticket
+  ``t`` (one relaxed atomic add on word 0) and writes split ``t % S`` of row ``t // S``:
+  rows in order, whatever order the hardware starts programs in. The program that takes
+  the last ticket sets the counter back to 0 (every other program has taken its own).
+  Only a running program takes a ticket, and a writer never waits, so once a rank has
+  taken the tickets of rows ``0..r`` its words of those rows arrive. A reader of row
+  ``r`` exists only where every ticket of rows ``0..r`` was taken. Take the rank that
+  has taken the fewest tickets: every reader on its GPU waits for rows that all the
+  other ranks have taken, so each one ends, and so do its writers; so some rank always
+  progresses, whatever the number of rows. This needs each rank's kernel alone on its
+  GPU among these kernels: ranks that share a GPU could fill it with one rank's readers
+  while another rank, which they wait for, has no program running, so sharers keep the
+  program-id bound.
 """
 
 from __future__ import annotations
@@ -44,14 +62,28 @@ from .logprob_writer import logprobs_write
 
 
 @triton.jit
+def place(arrivals, TICKET: tl.constexpr):
+    """``(row, split)`` this program works on: its program id, or with ``TICKET`` the
+    next ticket in row order (see Progress)."""
+    if TICKET:
+        s = tl.num_programs(1)
+        t = tl.atomic_add(arrivals, 1, sem="relaxed", scope="gpu")
+        if t == tl.num_programs(0) * s - 1:  # the last ticket: every program has one
+            tl.store(arrivals, 0)
+        return (t // s).to(tl.int64), t % s
+    else:
+        return tl.program_id(0).to(tl.int64), tl.program_id(1)
+
+
+@triton.jit
 def last_arrival(arrivals, row):
     """Whether this program is the last of ``row``'s ``S`` programs on this rank to arrive
     (it then resets the count); every thread gets the same answer."""
     tl.debug_barrier()  # the program's stores and epoch loads come first
-    old = tl.atomic_add(arrivals + row, 1, sem="acq_rel", scope="gpu")
+    old = tl.atomic_add(arrivals + 1 + row, 1, sem="acq_rel", scope="gpu")
     last = old == tl.num_programs(1) - 1
     if last:
-        tl.store(arrivals + row, 0)
+        tl.store(arrivals + 1 + row, 0)
     return last
 
 
@@ -59,12 +91,12 @@ def last_arrival(arrivals, row):
 def greedy_one(
     x_ptr, x_stride, out_ptr, peers, box, epoch, arrivals, pstride, relems, own, N, col0,
     status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-    CAND: tl.constexpr, KEY: tl.constexpr, TRAP: tl.constexpr,
+    CAND: tl.constexpr, KEY: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
 ):  # fmt: skip
     """:func:`.kernels.greedy_local` then :func:`.finals.greedy_final` in one launch."""
-    greedy_write(x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK, WORLD,
-                 THREADS)  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
+    row, split = place(arrivals, TICKET)
+    greedy_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
+                 BLOCK, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
         greedy_row(box, epoch, pstride, relems, status, timeout_us, row, out_ptr, C, CAND, KEY,
                    THREADS, TRAP)  # fmt: skip
@@ -74,12 +106,12 @@ def greedy_one(
 def sample_one(
     x_ptr, x_stride, t_ptr, seed_ptr, out_ptr, peers, box, epoch, arrivals, pstride, relems,
     own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr,
-    THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+    THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
 ):  # fmt: skip
     """:func:`.kernels.sample_local` then :func:`.finals.sample_final` in one launch."""
-    sample_write(x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
-                 BLOCK, WORLD, THREADS)  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
+    row, split = place(arrivals, TICKET)
+    sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems,
+                 own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
         sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
                    out_ptr, C, CAND, THREADS, TRAP)  # fmt: skip
@@ -90,15 +122,15 @@ def logprobs_one(
     x_ptr, x_stride, ids_ptr, lp_ptr, top_ids_ptr, top_lp_ptr, n, peers, box, epoch, arrivals,
     pstride, relems, own, N, col0, status, timeout_us, S, C, W, BLOCK: tl.constexpr,
     NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-    CAND: tl.constexpr, TRAP: tl.constexpr,
+    CAND: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
 ):  # fmt: skip
     """:func:`.logprob_writer.logprobs_local` then :func:`.finals.logprobs_final` in one launch."""
-    logprobs_write(x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
-                   BLOCK, NP, XBITS, WORLD, THREADS)  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
+    row, split = place(arrivals, TICKET)
+    logprobs_write(row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n,
+                   N, col0, BLOCK, NP, XBITS, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
         logprobs_row(box, epoch, pstride, relems, status, timeout_us, row, ids_ptr, lp_ptr,
                      top_ids_ptr, top_lp_ptr, S, C, N, W, n, CAND, NP, THREADS, TRAP)  # fmt: skip
 
 
-__all__ = ["greedy_one", "last_arrival", "logprobs_one", "sample_one"]
+__all__ = ["greedy_one", "last_arrival", "logprobs_one", "place", "sample_one"]

@@ -28,9 +28,9 @@ import triton
 import triton.language as tl
 
 from .finals import reduce_row, sample_row
-from .kernels import minp_local, topk_probe
-from .single import last_arrival
-from .topk import _topk_row, topk_overflow
+from .kernels import minp_write, probe_write
+from .single import last_arrival, place
+from .topk import _topk_row, overflow_write
 
 
 @triton.jit(do_not_specialize=["k", "own", "col0"])
@@ -38,12 +38,12 @@ def probe_one(
     x_ptr, x_stride, t_ptr, gbest_ptr, low_ptr, k, peers, box, epoch, arrivals, pstride,
     relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, G: tl.constexpr,
     ROWK: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-    CAND: tl.constexpr, TRAP: tl.constexpr,
+    CAND: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
 ):  # fmt: skip
     """:func:`.kernels.topk_probe` then :func:`.finals.topk_reduce` in one launch."""
-    topk_probe(x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK, G, WORLD,
-               THREADS)  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
+    row, split = place(arrivals, TICKET)
+    probe_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK,
+                G, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
         reduce_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr,
                    low_ptr, C, k, CAND, G, ROWK, BITS, THREADS, TRAP)  # fmt: skip
@@ -55,12 +55,13 @@ def topk_one(
     box, epoch, arrivals, pstride, relems, own, N, col0, status, timeout_us, S, C,
     BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
     SP: tl.constexpr, TOPP: tl.constexpr, MINP: tl.constexpr, WORLD: tl.constexpr,
-    THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+    THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
 ):  # fmt: skip
     """:func:`.topk.topk_overflow` then :func:`.topk.topk_final` in one launch."""
-    topk_overflow(x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own,
-                  k, S, N, col0, BLOCK, KP, BITS, ROWK, SP, WORLD, THREADS)  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
+    row, p = place(arrivals, TICKET)
+    overflow_write(row, p, x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride,
+                   relems, own, k, S, N, col0, BLOCK, KP, BITS, ROWK, SP, WORLD,
+                   THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
         _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
                   logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, BITS,
@@ -72,11 +73,12 @@ def minp_one(
     x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, out_ptr, peers, box, epoch,
     arrivals, pstride, relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr,
     WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+    TICKET: tl.constexpr,
 ):  # fmt: skip
     """:func:`.kernels.minp_local` then :func:`.finals.sample_final` in one launch."""
-    minp_local(x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride,
-               relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
+    row, split = place(arrivals, TICKET)
+    minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers, epoch,
+               pstride, relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
         sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
                    out_ptr, C, CAND, THREADS, TRAP)  # fmt: skip

@@ -119,10 +119,21 @@ def topk_overflow(
     ``(row, p)`` of ``(M, P)`` serves the row's splits ``p, p + P, ..`` (``S`` of them,
     ``SP >= S``): one load of their flags, then the marked ones in turn (rare), so that
     the launch costs little when none is marked (it runs on every top-k call)."""
-    row = tl.program_id(0).to(tl.int64)
+    overflow_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
+                   seed_ptr, flags, peers, epoch, pstride, relems, own, k, S, N, col0, BLOCK,
+                   KP, BITS, ROWK, SP, WORLD, THREADS)  # fmt: skip
+
+
+@triton.jit
+def overflow_write(
+    row, p, x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, S,
+    N, col0, BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
+    SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """:func:`topk_overflow`'s work as program ``(row, p)`` (also :mod:`.single_filters`')."""
     ep, off = _target(epoch, pstride, relems, row)
     j = tl.arange(0, SP)
-    mine = (j < S) & (j % tl.num_programs(1) == tl.program_id(1))
+    mine = (j < S) & (j % tl.num_programs(1) == p)
     todo = mine & (tl.load(flags + row * S + j, mask=mine, other=0) == ep)
     while tl.max(todo.to(tl.int32), 0) == 1:
         split = tl.min(tl.where(todo, j, SP), 0)
