@@ -3,7 +3,10 @@
 # Usage: bash scripts/sampling-gpu.sh OUT_DIR [STEP ...]
 # Steps (default: all, in this order): race, emulated, select, times, tests, timeout,
 # graphs, eager, spread. "race", "emulated" and "times" need one GPU only ("race" runs
-# its shared-GPU case there, and its per-gpu and spread cases on two GPUs).
+# its shared-GPU case there, and its per-gpu and spread cases on two GPUs). With one
+# process per GPU, eager calls above 66 rows take one launch per round by ticket
+# (sampling/single.py): the "tests" step at tp2-per-gpu (M up to 256) and the "eager"
+# benchmark (M=256) are where that runs across two GPUs.
 set -u
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
@@ -26,7 +29,7 @@ for s in $steps; do
     race) step race 400 bash scripts/gpu-tests.sh tests/test_sampling_race_gpu.py ;;
     times) step times 150 python3 scripts/sampling-kernel-times.py ;;
     tests) step tests 300 env LOGITS_GATHER_NO_MPS=1 bash scripts/gpu-tests.sh -x \
-      -k "tp2-per-gpu or noise" "$t" ;;
+      -k "tp2-per-gpu or noise or one_rank" "$t" ;;
     timeout) step timeout 200 env LOGITS_GATHER_NO_MPS=1 bash scripts/gpu-tests.sh \
       tests/test_sampling_timeout_gpu.py ;;
     graphs) step graphs 300 python3 -m logits_gather.bench.sampling --device cuda \
