@@ -5,8 +5,9 @@ local kernel's program ``(row, split)`` stores its words straight into every
 rank's mailbox; the final kernel waits for all ranks' words of its row and
 reduces them (word layouts: :mod:`.kernels`; the exchange: :mod:`.ll`). min-p alone
 takes two rounds (the row maximum first). The filters' longer sequences (top-k with
-min-p and top-p; top-p) are in :mod:`.fused_filters`. In eager calls of few rows, a
-round's writer and waiting kernel are one launch instead (:mod:`.single`,
+min-p and top-p; top-p) are in :mod:`.fused_filters`. In eager calls (of any M where
+each rank has a GPU of its own, of at most ``single_rows`` rows where ranks share one),
+a round's writer and waiting kernel are one launch instead (:mod:`.single`,
 :mod:`.single_filters`, :mod:`.one_launch`). Nothing here allocates but the outputs;
 no host sync.
 

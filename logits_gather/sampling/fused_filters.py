@@ -52,9 +52,9 @@ def sample_topk(
 
     Round 1: the largest x of G column groups per split (G * c >= k) bound the
     row's k-th from below; round 2: each split sends every element at or above it,
-    or (rare, a second writer) its k largest. Five launches; in eager calls of at most
-    ``single_rows`` rows three (:mod:`.single_filters`: each round's waiting kernel
-    joins its last writer)."""
+    or (rare, a second writer) its k largest. Five launches; in eager calls three
+    (:mod:`.single_filters`: each round's waiting kernel joins its last writer; ranks
+    that share a GPU: up to ``single_rows`` rows)."""
     rowk = isinstance(k, torch.Tensor)
     m, c, plan = shard.shape[0], fused.wide.c, fused.wide.topk(64 if rowk else k)
     g, kp = plan.g, plan.kp

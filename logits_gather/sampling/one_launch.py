@@ -1,9 +1,10 @@
 """The host side of the one-launch rounds (kernels and protocol: :mod:`.single`,
 :mod:`.single_filters`).
 
-In an eager call of at most ``single_rows`` rows, each round (greedy, sample and
-logprobs have one; min-p and top-k two) is one kernel launch, and after the first call
-of a specialisation that launch is *bound*
+In an eager call of at most ``single_rows`` rows (any M where each rank has a GPU of
+its own: above ``ticket_rows`` the programs take work by ticket, :mod:`.single`), each
+round (greedy, sample and logprobs have one; min-p and top-k two) is one kernel
+launch, and after the first call of a specialisation that launch is *bound*
 (:meth:`.launcher.Launcher.bind`): one call of Triton's C launcher with the call's few
 addresses, and no Python over the rest. On one H200 at world size 1 that took an eager
 greedy call from 39.8 to 17.7 us of host time, sample from 35.4 to 20.3 (M=4, one

@@ -44,7 +44,8 @@ class VocabParallelSampler:
     filter, ``min_p`` alone, or ``top_p`` with or without ``min_p``: :mod:`.topp`) and
     logprobs run fused
     (:mod:`.fused`: two Triton kernels that exchange through symmetric memory, one for
-    eager greedy, sample and logprobs of few rows: :mod:`.single`);
+    eager greedy, sample and logprobs, and one per round of min-p and top-k:
+    :mod:`.single`);
     ``fused=False`` forces the torch-ops path (the one CPUs use); by default the fused
     path serves at most 4 ranks (``LOGITS_GATHER_SAMPLING_FUSED``: ``1`` any tp, ``0``
     never); an int ``top_k <= 64``, with or without ``top_p`` and ``min_p``

@@ -13,8 +13,10 @@ progress argument), applied to the writers of the filters' rounds:
 - :func:`minp_one`: min-p's second round, :func:`.kernels.minp_local` then
   :func:`.finals.sample_final`'s row work.
 
-So an eager top-k call of at most ``single_rows`` rows is three launches instead of five,
-and min-p alone two instead of four (its first round is greedy's one launch).
+So an eager top-k call is three launches instead of five, and min-p alone two instead
+of four (its first round is greedy's one launch), at any M where each rank has a GPU
+of its own and up to ``single_rows`` rows where ranks share one (:mod:`.single`,
+Progress; the programs take work by ticket with ``TICKET``).
 
 Warps: one kernel has one warp count, so the writer and the row work share it. The host
 picks the writer's, capped so that the row work's selects never get more threads than
