@@ -98,8 +98,14 @@ def stock(*args, **kwargs):
 
 
 def head(seed: int, rank: int, dtype: torch.dtype):
+    from vllm.model_executor.layers import utils as vllm_utils
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
+    if not hasattr(torch.ops._C, "convert_weight_packed"):
+        # vLLM's CUDA wheel (what CI installs) has no CPU kernels, yet on a CPU with AMX
+        # its CPU GEMM dispatch picks them for bf16/fp16 weights and raises. Take the
+        # path it takes on CPUs without AMX: torch's linear.
+        vllm_utils.check_cpu_sgl_kernel = lambda *args: False
     lm_head = ParallelLMHead(VOCAB, HIDDEN, params_dtype=dtype)
     gen = torch.Generator().manual_seed(seed + 1000 + rank)
     lm_head.weight.data.copy_(torch.randn(lm_head.weight.shape, generator=gen).to(dtype))
