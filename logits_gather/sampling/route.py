@@ -41,9 +41,7 @@ def sample(sampler: Any, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tens
     dev = sampler.device
     if fused is not None and isinstance(k, int) and sampler._fused_topk and k <= MAX_CANDIDATES:
         # top-k, then min-p and/or top-p over the exact top-k set
-        pv = topp.filled(sampler, p, m, torch.float64)
-        lmp = topp.filled(sampler, mp, m, torch.float32, log=True)
-        pv, lmp = (None if a is None else a.view(m) for a in (pv, lmp))
+        _, _, pv, lmp = topp.filter_rows(sampler, p, mp, m)
         return fused.sample_topk(shard, t.view(m), seeds, k, pv, lmp)
     if fused is not None and isinstance(k, torch.Tensor) and sampler._fused_rows:
         return topp.sample_rows_k(sampler, shard, t, seeds, k, p, mp)

@@ -142,7 +142,7 @@ def sample_rows_k(
     the fallback recomputes the call."""
     m, dev, fused = shard.shape[0], sampler.device, sampler._fused
     p, mp, pv, logmp = filter_rows(sampler, p, mp, m)
-    kv = k.view(m).contiguous()
+    kv = k.view(m)  # contiguous: checks.top_k
     topk = fused.sample_topk(shard, t.view(m), seeds, kv, pv, logmp)
     if pv is not None:
         other, need = fused.sample_topp(shard, t.view(m), seeds, pv, logmp)
