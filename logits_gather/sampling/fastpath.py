@@ -194,6 +194,7 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool
             wait_ctas,
             device.index,
             None if wait_ctas is None else sharing_barrier(sampler.group, sampler.timeout_s),
+            # wait_ctas is None: no rank shares a GPU, so one launch at any M (tickets)
             (sampler.capacity if wait_ctas is None else single) if one else 0,
             single,
         )
