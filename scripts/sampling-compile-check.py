@@ -17,10 +17,13 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 
+from logits_gather.sampling import elementwise as E
 from logits_gather.sampling import finals as F
 from logits_gather.sampling import kernels as K
 from logits_gather.sampling import logprob_writer as L
 from logits_gather.sampling import nucleus as N
+from logits_gather.sampling import overflow as V
+from logits_gather.sampling import rowk as R
 from logits_gather.sampling import single as O
 from logits_gather.sampling import single_filters as SF
 from logits_gather.sampling import spill as S
@@ -36,7 +39,7 @@ TYPES = {
     "out_ptr": I64P, "lp_ptr": F32P, "top_ids_ptr": I64P, "top_lp_ptr": F32P, "s_ptr": F32P,
     "g_ptr": F32P, "low_ptr": "*i32", "peers": I64P, "epoch": "*i32", "box": I64P, "status": "i64",
     "pstride": "i64", "relems": "i32", "p_ptr": "*fp64", "need_ptr": "*i1", "flags": "*i32",
-    "lam_ptr": "*i32", "thr_ptr": I64P, "seen_ptr": "*i32", "arrivals": "*i32",
+    "lam_ptr": "*i32", "thr_ptr": I64P, "seen_ptr": "*i32", "arrivals": "*i32", "k_ptr": I64P,
 }  # fmt: skip
 
 
@@ -70,8 +73,11 @@ def variants():
             yield f"topk_local KP={kp}", T.topk_local, x, dict(local, KP=kp), 8
             for rowk in (False, True):
                 consts = dict(local, KP=kp, BITS=bits, ROWK=rowk, SP=32)
-                yield f"topk_overflow KP={kp} ROWK={rowk}", T.topk_overflow, x, consts, 8
-        yield "scores_kernel", K.scores_kernel, x, {"BLOCK": 4096}, 8
+                yield f"topk_overflow KP={kp} ROWK={rowk}", V.topk_overflow, x, consts, 8
+            for minp in (False, True):
+                consts = dict(local, KP=kp, KMAX=64, MINP=minp)
+                yield f"rowk_local KP={kp} MINP={minp}", R.rowk_local, x, consts, 8
+        yield "scores_kernel", E.scores_kernel, x, {"BLOCK": 4096}, 8
         yield "minp_local", K.minp_local, x, local, 8
         for np_ in (0, 32):
             consts = dict(local, NP=np_, XBITS=bits)
@@ -90,19 +96,21 @@ def variants():
         reduce = dict(final, G=8, THREADS=128, ROWK=rowk, BITS=bits)
         yield f"topk_reduce G=8 ROWK={rowk} BITS={bits}", F.topk_reduce, None, reduce, 4
     yield "sample_final", F.sample_final, None, final, 1
-    for topp, minp, rowk, xb in ((0, 0, 0, 16), (1, 0, 0, 16), (1, 1, 1, 16), (1, 0, 0, 32)):
-        tf = dict(final, CAND=32, KP=64, THREADS=256, TOPP=topp, MINP=minp, ROWK=rowk, XBITS=xb)
-        name = f"topk_final TOPP={topp} MINP={minp} ROWK={rowk} XBITS={xb}"
+    for topp, minp, rowk, xb, plain in ((0, 0, 0, 16, 0), (1, 0, 0, 16, 0), (1, 1, 1, 16, 0),
+                                        (1, 0, 0, 32, 0), (0, 1, 1, 16, 1)):  # fmt: skip
+        tf = dict(final, CAND=32, KP=64, THREADS=256, TOPP=topp, MINP=minp, ROWK=rowk, XBITS=xb,
+                  PLAIN=plain)  # fmt: skip
+        name = f"topk_final TOPP={topp} MINP={minp} ROWK={rowk} XBITS={xb} PLAIN={plain}"
         yield name, T.topk_final, None, tf, 8
         tf = dict(tf, CAND=64)  # tp=2's geometry (38 splits): spills (KNOWN_SPILLS)
-        yield f"topk_final CAND=64 TOPP={topp} XBITS={xb}", T.topk_final, None, tf, 8
+        yield f"topk_final CAND=64 TOPP={topp} XBITS={xb} PLAIN={plain}", T.topk_final, None, tf, 8
     yield "logprobs_final NP=0", F.logprobs_final, None, dict(final, NP=0), 1
     yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
     for xb in (16, 32):
         nf = dict(final, CAND=128, SLOTS=55, LANES=4096, THREADS=256, XBITS=xb)
         yield f"nucleus_final XBITS={xb}", N.nucleus_final, None, nf, 8
         yield f"again_final XBITS={xb}", S.again_final, None, nf, 8
-    yield "noise_kernel", K.noise_kernel, F32P, {"BLOCK": 1024}, 4
+    yield "noise_kernel", E.noise_kernel, F32P, {"BLOCK": 1024}, 4
     # A small vocabulary (the GPU tests' 4099 columns per rank at tp=2): fewer splits
     # than threads, so the polls' words are replicated across warps. Checked for their
     # polls only: spills there cost no production time.
@@ -111,7 +119,7 @@ def variants():
     yield "again_final small", S.again_final, None, small, 8
     reduce = dict(final, CAND=8, G=8, THREADS=128, ROWK=True, BITS=16)
     yield "topk_reduce small", F.topk_reduce, None, reduce, 4
-    tf = dict(final, CAND=8, KP=2, THREADS=256, TOPP=1, MINP=1, ROWK=1, XBITS=16)
+    tf = dict(final, CAND=8, KP=2, THREADS=256, TOPP=1, MINP=1, ROWK=1, XBITS=16, PLAIN=0)
     yield "topk_final small", T.topk_final, None, tf, 8
     yield "logprobs_final small", F.logprobs_final, None, dict(final, CAND=8, NP=8, THREADS=128), 4
     one = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256, "CAND": 8, "TRAP": True, "TICKET": False}
@@ -119,7 +127,7 @@ def variants():
     yield "logprobs_one small", O.logprobs_one, "*bf16", dict(one, NP=0, XBITS=16), 8
     probe = dict(one, G=8, ROWK=True, BITS=16, THREADS=64)  # the plan's probe_one there
     yield "probe_one small", SF.probe_one, "*bf16", probe, 2
-    tk = dict(one, KP=2, BITS=16, ROWK=True, SP=2, TOPP=1, MINP=1, THREADS=32)
+    tk = dict(one, KP=2, BITS=16, ROWK=True, SP=2, TOPP=1, MINP=1, THREADS=32, PLAIN=False)
     yield "topk_one small", SF.topk_one, "*bf16", tk, 1
 
 
@@ -137,8 +145,11 @@ def _ones(x: str, bits: int, one: dict):
         probe = dict(one, G=8, ROWK=rowk, BITS=bits)
         yield f"probe_one G=8 ROWK={rowk}{tag}", SF.probe_one, x, probe, 8
         for topp, minp in ((0, 0), (1, 1)):
-            tk = dict(one, KP=64, BITS=bits, ROWK=rowk, SP=32, TOPP=topp, MINP=minp)
+            tk = dict(one, KP=64, BITS=bits, ROWK=rowk, SP=32, TOPP=topp, MINP=minp, PLAIN=False)
             yield f"topk_one KP=64 ROWK={rowk} TOPP={topp}{tag}", SF.topk_one, x, tk, 8
+            if rowk and not topp:  # a per-row k without top-p (rowk.py)
+                tk = dict(tk, PLAIN=True)
+                yield f"topk_one KP=64 ROWK=True PLAIN{tag}", SF.topk_one, x, tk, 8
 
 
 def _usage(cubin: bytes) -> tuple[int, int]:

@@ -1,13 +1,14 @@
-"""Exactness of the fused top-p and top-k kernels on adversarial rows, one GPU, one rank.
+"""Exactness of the fused top-p and top-k kernels on adversarial rows, one GPU, one rank
+(top-k also with a per-row k whose rows turn it off, with and without min-p).
 
 ``PYTHONPATH=. python scripts/sampling-exact-check.py`` runs, for bfloat16, float16 and
-float32, 16 calls each of top-p, top-k with top-p and min-p, and top-k alone at M=64 over
-75776 columns (tp=2's per-rank width), on fresh random rows: plain, runs of ties, a split
-of equal values at the top, greedy rows (T=0), rows with top-p off, and rows whose
-``s`` is subnormal. It prints how many tokens differ from :mod:`.reference` (top-p:
-decided rows only; undecided ones go to the exact fallback in a sampler), how many top-p
-rows reached the second round, and how many stayed undecided. Exit status 1 on a
-wrong token.
+float32, 16 calls each of top-p, top-k with top-p and min-p, top-k alone and a per-row
+k, at M=64 over 75776 columns (tp=2's per-rank width), on fresh random rows: plain,
+runs of ties, a split of equal values at the top, greedy rows (T=0), rows with top-p
+off, and rows whose ``s`` is subnormal. It prints how many tokens differ from
+:mod:`.reference` (top-p: decided rows only; undecided ones go to the exact fallback in
+a sampler), how many top-p rows reached the second round, and how many stayed
+undecided. Exit status 1 on a wrong token.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def rows(gen: torch.Generator, dt: torch.dtype, trial: int, dev: torch.device):
 
 TICKETS = "--tickets" in sys.argv
 """``--tickets``: the one-launch rounds' programs take work by ticket (single.py)."""
+DTYPES = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--dtype=")] or [
+    "bfloat16", "float16", "float32"]  # fmt: skip
+"""``--dtype=NAME`` (repeatable): those dtypes alone (each costs its compiles)."""
 
 
 def main() -> int:
@@ -51,7 +55,7 @@ def main() -> int:
     gen = torch.Generator(device=dev)
     gen.manual_seed(6)
     wrong_total = 0
-    for dt in (torch.bfloat16, torch.float16, torch.float32):
+    for dt in (getattr(torch, name) for name in DTYPES):
         f = Ranks(1, N, M, dev, wait_ctas=0, ticket_rows=0 if TICKETS else None).fused[0]
         wrong = undecided = second = calls = 0
         for trial in range(16):
@@ -65,7 +69,16 @@ def main() -> int:
             wrong += int((tok != reference.sample(x, t, seed, top_k=k, top_p=p, min_p=mp)).sum())
             tok = f.sample(x, t, seed, k)
             wrong += int((tok != reference.sample(x, t, seed, top_k=k)).sum())
-            calls += 3
+            # A per-row k whose rows turn top-k off (0 or V) in top-k's launches (rowk.py),
+            # with min-p on odd trials.
+            pick = torch.randint(0, 5, (M,), device=dev, generator=gen)
+            kr = torch.tensor([0, 1, k, 64, N], device=dev)[pick]
+            lmp, mpr = (torch.log(mp), mp) if trial % 2 else (None, None)
+            need = torch.ones(1, dtype=torch.bool, device=dev)  # the kernel must clear it
+            tok = f.sample_topk(x, t, seed, kr, None, lmp, need)
+            want = reference.sample(x, t, seed, top_k=torch.where(kr >= N, 0, kr), min_p=mpr)
+            wrong += int((tok != want).sum()) + int(need)
+            calls += 4
         print(
             f"{dt}{' (tickets)' if TICKETS else ''}: {calls} calls x {M} rows, wrong {wrong}, "
             f"top-p rows to round 2 {second}, "

@@ -110,6 +110,12 @@ def run(
     rowk = torch.tensor([(1, 5, 64, 20, 3)[i % 5] for i in range(m)], dtype=torch.int64)
     ops += [("topk_f", (rowk, None, None)), ("topk_f", (rowk, mixed, 0.05))]
     ops += [("topk_f", (20, mixed.float(), None))]
+    # Per-row k with rows off (0, >= V) in top-k's launches (rowk.py), and rows beyond
+    # the fused path (64 < k < V: junk tokens, need set).
+    off = torch.tensor([(0, 5, v, 64, 1, v + 3, 0, 20)[i % 8] for i in range(m)], dtype=torch.int64)
+    far = off.clone()
+    far[m // 2] = min(65, v - 1)
+    ops += [("rowk", (off, None)), ("rowk", (off, 0.05)), ("rowk", (far, None))]
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
     ops = [op for op in ops if only is None or op[0] in only]
     undecided = spilled = rescued = 0
@@ -194,6 +200,16 @@ def run(
                 ok = torch.equal(got, want)
                 if not ok:
                     print(op, "got", got.tolist(), "want", want.tolist())
+            elif op == "rowk":
+                got, need = got
+                k, mp = arg
+                served = (k <= 64) | (k >= v)
+                want = reference.sample(
+                    full, temp, seeds, top_k=torch.where(k >= v, 0, k), min_p=mp
+                )
+                ok = torch.equal(got[served], want[served]) and bool(need) == bool((~served).any())
+                if not ok:
+                    print(op, "got", got.tolist(), "want", want.tolist(), "need", bool(need))
             elif op.startswith("sample") or op == "minp":
                 f = dict(min_p=arg) if op == "minp" else dict(top_k=arg)
                 want = reference.sample(full, temp, seeds, **f)
@@ -250,6 +266,12 @@ def _call(f, op, arg, shard, temp, seeds, ids):
             p = torch.full((m,), p, dtype=torch.float64)
         logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
         return f.sample_topk(shard, temp, seeds, k, p, logmp)
+    if op == "rowk":
+        k, mp = arg
+        m = shard.shape[0]
+        logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
+        need = torch.ones(1, dtype=torch.bool)  # the kernel must write it
+        return f.sample_topk(shard, temp, seeds, k, None, logmp, need), need
     if op.startswith("sample"):
         return f.sample(shard, temp, seeds, arg)
     return f.logprobs(shard, ids, arg or 0)
@@ -311,7 +333,7 @@ def check_tickets() -> int:
 def main() -> int:
     """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
     ``--only=OP[,OP]``: those operations alone (greedy, sample, sample_k, logprobs, minp,
-    topp, topk_f). ``--single``: the world-1 one-launch runs alone."""
+    topp, topk_f, rowk). ``--single``: the world-1 one-launch runs alone."""
     if "--single" in sys.argv:
         fails = check_tickets()
         fails += run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)

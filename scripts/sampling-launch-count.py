@@ -75,6 +75,8 @@ def _ops(s, m: int, n: int, dev: torch.device) -> dict:
     pr = torch.full((m,), 0.9, device=dev)
     kr = torch.full((m,), 50, device=dev, dtype=torch.int64)
     pr64 = pr.double()
+    koff = torch.tensor([(0, 50, s.vocab)[i % 3] for i in range(m)], device=dev)  # 0, V: off
+    mpr = torch.full((m,), 0.05, device=dev)
     return {
         "greedy": lambda: s.greedy(x),
         "sample": lambda: s.sample(x, t, seed),
@@ -85,6 +87,9 @@ def _ops(s, m: int, n: int, dev: torch.device) -> dict:
         "sample top_p [M] float32": lambda: s.sample(x, t, seed, top_p=pr),
         "sample top_p [M] float64": lambda: s.sample(x, t, seed, top_p=pr64),
         "sample top_k [M] tensor": lambda: s.sample(x, t, seed, top_k=kr),
+        "top_k [M] with off rows": lambda: s.sample(x, t, seed, top_k=koff),
+        "top_k [M], min_p [M]": lambda: s.sample(x, t, seed, top_k=koff, min_p=mpr),
+        "top_k [M], top_p [M]": lambda: s.sample(x, t, seed, top_k=koff, top_p=pr),
         "logprobs": lambda: s.logprobs(x, ids),
         "logprobs top_n=5": lambda: s.logprobs(x, ids, 5),
     }

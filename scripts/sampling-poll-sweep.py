@@ -49,8 +49,9 @@ def finals(columns: int, world: int):
         for rowk in (False, True):
             reduce = dict(base, CAND=wide.cand, G=plan.g, ROWK=rowk, BITS=16)
             yield f"topk_reduce k={k} rowk={rowk}", F.topk_reduce, reduce, plan.reduce
-            for topp, minp in ((0, 0), (1, 1)):
-                tf = dict(base, CAND=wide.cand, KP=plan.kp, TOPP=topp, MINP=minp, ROWK=rowk)
+            for topp, minp in ((0, 0), (1, 1)):  # a per-row k without top-p: PLAIN (rowk.py)
+                tf = dict(base, CAND=wide.cand, KP=plan.kp, TOPP=topp, MINP=minp, ROWK=rowk,
+                          PLAIN=rowk and not topp)  # fmt: skip
                 yield (
                     f"topk_final k={k} rowk={rowk} topp={topp}",
                     T.topk_final,
@@ -88,8 +89,12 @@ def _ones(wide, narrow, base: dict, world: int):
             probe = dict(one, G=plan.g, ROWK=rowk, BITS=16)
             if plan.probe_one:
                 yield f"probe_one k={k} rowk={rowk}{tag}", SF.probe_one, probe, plan.probe_one
-            tk = dict(one, KP=plan.kp, BITS=16, ROWK=rowk, SP=_pow2(wide.splits), TOPP=1, MINP=1)
+            tk = dict(one, KP=plan.kp, BITS=16, ROWK=rowk, SP=_pow2(wide.splits), TOPP=1, MINP=1,
+                      PLAIN=False)  # fmt: skip
             yield f"topk_one k={k} rowk={rowk}{tag}", SF.topk_one, tk, plan.final_one
+            if rowk:  # without top-p: the off rows sample here (rowk.py)
+                tk = dict(tk, TOPP=0, PLAIN=True)
+                yield f"topk_one k={k} rowk plain{tag}", SF.topk_one, tk, plan.final_one
 
 
 def main() -> int:

@@ -45,7 +45,7 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 def test_noise_and_scores_bit_identical() -> None:
     """The Triton scores x * (1 / T) - log(-log(u)) equal rng.perturbed's bits (9.7M elements
     per dtype, temperatures from 1e-3 to 7, the whole int64 seed range)."""
-    from logits_gather.sampling import fused, kernels, rng
+    from logits_gather.sampling import elementwise, fused, rng
 
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -58,7 +58,7 @@ def test_noise_and_scores_bit_identical() -> None:
         t[:4] = torch.tensor([0.0, 1e-3, 1.0, 7.0])
         seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev, generator=gen)
         out = torch.full((m, V), float("nan"), device=dev)
-        kernels.noise_kernel[(m, triton_cdiv(V, 1024))](seed, t, x, out, V, BLOCK=1024)
+        elementwise.noise_kernel[(m, triton_cdiv(V, 1024))](seed, t, x, out, V, BLOCK=1024)
         te = torch.where(t > 0, t, 1.0)[:, None]
         want = rng.perturbed(x.float(), te, rng.row_keys(seed), rng.column_counters(0, V, dev))
         s, g = fused.Fused(V // 2, 2, 1, None, True).scores(
@@ -96,6 +96,8 @@ def _filters(rng: random.Random, m: int, dev: torch.device) -> list[dict]:
         ),
         dict(top_p=col([1.0, 0.8, 1e-6])),
         dict(top_k=col([0, 7, 70, V])),
+        dict(top_k=col([0, 1, 7, 64, V])),  # off rows in top-k's launches (rowk.py)
+        dict(top_k=col([0, 3, 50, V]), min_p=col([0.0, 0.05, 0.3])),
         dict(min_p=col([0.0, 0.01, 0.2, 1.0])),
     ]
 

@@ -365,3 +365,46 @@ def test_one_launch_takes_tickets_above_ticket_rows(monkeypatch: pytest.MonkeyPa
     assert launched[1] == ("bound", 10) and launched[3] == ("bound", 100)
     one_launch.launch(f, fn, torch.zeros(4, 8192), "greedy", (torch.zeros(1).double(),), (), {})
     assert launched[-1][1] is False and launched[-1][0] != "bound"  # another dtype: compiled
+
+
+def test_per_row_top_k_without_top_p_runs_top_k_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A per-row ``top_k`` without ``top_p`` runs the fused top-k alone, with its fallback
+    flag (rows with ``k`` off are sampled in its launches, ``rowk.py``), with or without
+    ``min_p``; with ``top_p`` it also runs the top-p path and the pick kernel."""
+    from types import SimpleNamespace
+
+    from logits_gather.sampling import topp
+
+    m, calls = 4, []
+
+    class _Fused:
+        pk = SimpleNamespace(pick_rows_k="pick")
+
+        def sample_topk(self, shard, t, seed, k, p, lmp, need=None):
+            assert k.shape == (m,) and t.shape == (m,)
+            calls.append(("topk", p is not None, lmp is not None, need is not None))
+            return torch.zeros(m, dtype=torch.int64)
+
+        def sample_topp(self, shard, t, seed, p, lmp):
+            calls.append(("topp",))
+            return torch.zeros(m, dtype=torch.int64), torch.zeros(1, dtype=torch.bool)
+
+        def launch(self, fn, grid, args, consts, warps):
+            calls.append((fn,))
+
+    def finish(sampler, kind, call, out, need, second=None):
+        return out, need
+
+    monkeypatch.setattr(topp, "_finish", finish)
+    s = SimpleNamespace(device=torch.device("cpu"), capacity=8, _filled={}, _fused=_Fused(),
+                        vocab=100)  # fmt: skip
+    shard, t = torch.zeros(m, 50), torch.ones(m, 1)
+    seeds, k = torch.zeros(m, dtype=torch.int64), torch.tensor([[0], [5], [100], [70]])
+    for mp in (None, 0.05, torch.full((m, 1), 0.1)):
+        calls.clear()
+        _, need = topp.sample_rows_k(s, shard, t, seeds, k, None, mp)
+        assert calls == [("topk", False, mp is not None, True)], calls
+        assert need.dtype == torch.bool and need.shape == (1,)
+    calls.clear()
+    topp.sample_rows_k(s, shard, t, seeds, k, 0.9, None)
+    assert calls == [("topk", True, False, False), ("topp",), ("pick",)], calls

@@ -150,15 +150,16 @@ def sample_final(
 @triton.jit
 def sample_row(
     box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, out_ptr, C,
-    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr, F: tl.constexpr = 2,
 ):  # fmt: skip
-    """:func:`sample_final`'s work for one row (also :mod:`.single`'s)."""
+    """:func:`sample_final`'s work for one row (also :mod:`.single`'s), split ``c``'s words
+    at ``c * F`` (:mod:`.rowk`: in top-k's layout)."""
     c = tl.arange(0, CAND)
     ok = c < C
     ep, rowbox, w0 = _gathered(
-        box, epoch, pstride, relems, status, timeout_us, row, c * 2, ok, THREADS, TRAP
+        box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
     )
-    w1 = ll.wait(rowbox, c * 2 + 1, ok, ep, timeout_us, status, THREADS, TRAP)
+    w1 = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
     gbest = tl.max(tl.where(ok, w0, KEY_MIN), 0)
     sbest = tl.max(tl.where(ok, w1, KEY_MIN), 0)
     t = tl.load(t_ptr + row)

@@ -64,11 +64,14 @@ class Fused:
         ticket_rows: int | None = None,
     ) -> None:
         from . import (
+            elementwise,
             finals,
             kernels,
             logprob_writer,
             nucleus,
+            overflow,
             pick,
+            rowk,
             single,
             single_filters,
             spill,
@@ -77,6 +80,7 @@ class Fused:
 
         self.k, self.f, self.n, self.t, self.s = kernels, finals, nucleus, topk, spill
         self.o, self.sf, self.lw, self.pk = single, single_filters, logprob_writer, pick
+        self.e, self.ov, self.rk = elementwise, overflow, rowk
         self.single_rows = single_rows
         """Eager greedy, sample and logprobs calls of at most this many rows run as one
         launch (:mod:`.single`; 0: never)."""
@@ -203,7 +207,7 @@ class Fused:
         s = torch.empty(m, self.columns, dtype=torch.float32, device=shard.device)
         g = torch.empty_like(s)
         self.launch(
-            self.k.scores_kernel,
+            self.e.scores_kernel,
             (m, geo.splits),
             (x, x.stride(0), t, seed, s, g, self.columns, self.col0),
             {"BLOCK": geo.block},

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from . import geometry
+from .filters import MAX_CANDIDATES
 from .geometry import _pow2, _warps, idle_programs
 
 if TYPE_CHECKING:
@@ -45,10 +46,14 @@ def sample_topk(
     k: int | torch.Tensor,
     p: torch.Tensor | None,
     log_min_p: torch.Tensor | None,
+    need: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Top-k (``k`` 1..64, or int64 ``[M]``: rows outside 1..64 get junk tokens), then
     min-p (``log_min_p`` fp32 ``[M]``) and top-p (``p`` float64 or float32 ``[M]``, rows ``>= 1``
-    off) over the exact top-k set (:mod:`.topk`).
+    off) over the exact top-k set (:mod:`.topk`). With ``need`` (bool ``[1]``; ``k`` a
+    tensor, no ``p``), rows whose ``k`` is off (0 or ``>= V``) are sampled without top-k
+    (after min-p) in the same launches, and ``need`` says whether a row has ``64 < k < V``
+    (its token is junk; :mod:`.rowk`).
 
     Round 1: the largest x of G column groups per split (G * c >= k) bound the
     row's k-th from below; round 2: each split sends every element at or above it,
@@ -74,23 +79,29 @@ def sample_topk(
         mb.flags = torch.zeros(mb.capacity * fused.wide.splits, dtype=torch.int32,
                                device=shard.device)  # fmt: skip
     flags = mb.flags
-    fused._local(fused.t.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
+    pv = t if p is None else p
+    lmp = t if log_min_p is None else log_min_p
+    filters = {"TOPP": p is not None, "MINP": log_min_p is not None, "PLAIN": need is not None}
+    vocab = fused.columns * fused.world
+    if need is not None:  # rows with k off sample here too (:mod:`.rowk`)
+        head = (t, low, flags, k, seed, lmp, gbest, need)
+        consts = {"KP": kp, "MINP": log_min_p is not None, "KMAX": MAX_CANDIDATES}
+        fused._local(fused.rk.rowk_local, shard, head, "sample_k", kp, (vocab,), consts)
+    else:
+        fused._local(fused.t.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
     splits = fused.wide.splits
     programs = idle_programs(m, splits, geometry.OVERFLOW_PROGRAMS, geometry.OVERFLOW_LEAST)
     out = fused._new(shard)
-    pv = t if p is None else p
-    lmp = t if log_min_p is None else log_min_p
     over = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": rowk, "SP": _pow2(splits)}
-    filters = {"TOPP": p is not None, "MINP": log_min_p is not None}
     warps = plan.final_one if one else 0
     if warps:
         head = (t, seed, flags, pv, lmp, gbest, out, *free)
-        fused._one(fused.sf.topk_one, shard, "sample_k", head, (splits, c), over | filters, kp,
-                   n, programs, warps)  # fmt: skip
+        fused._one(fused.sf.topk_one, shard, "sample_k", head, (splits, c, vocab),
+                   over | filters, kp, n, programs, warps)  # fmt: skip
         return out
-    fused._local(fused.t.topk_overflow, shard, (t, seed, flags), "sample_k", kp, (k, splits),
+    fused._local(fused.ov.topk_overflow, shard, (t, seed, flags), "sample_k", kp, (k, splits),
                  over, programs=programs)  # fmt: skip
-    tail = (t, seed, pv, lmp, gbest, out, c, k)
+    tail = (t, seed, pv, lmp, gbest, out, c, k, vocab)
     consts = {"KP": kp, **filters, "ROWK": rowk, "XBITS": over["BITS"]}
     fused._final(fused.t.topk_final, m, mb, tail, consts, plan.final)
     return out

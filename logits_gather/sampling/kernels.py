@@ -46,31 +46,6 @@ from .keys import (
 
 
 @triton.jit
-def noise_kernel(seed_ptr, t_ptr, x_ptr, out_ptr, N, BLOCK: tl.constexpr):
-    """Test helper: ``out[row, j] = x * (1 / T) - log(-log(u))`` for global columns ``j`` (fp32)."""
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < N
-    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
-    _, g = scores(x, inv_t(tl.load(t_ptr + row)), row_key(tl.load(seed_ptr + row)), cols)
-    tl.store(out_ptr + row * N + cols, g, mask=mask)
-
-
-@triton.jit(do_not_specialize=["col0"])
-def scores_kernel(x_ptr, x_stride, t_ptr, seed_ptr, s_ptr, g_ptr, N, col0, BLOCK: tl.constexpr):
-    """The filter path's elementwise pass: ``s = x * (1 / T)`` and ``g = s - log(-log(u))``
-    (``T`` 0 read as 1), fp32 ``[M, N]`` contiguous outputs, global columns from ``col0``."""
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < N
-    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    r = inv_t(tl.load(t_ptr + row))
-    s, g = scores(x, r, row_key(tl.load(seed_ptr + row)), cols + col0)
-    tl.store(s_ptr + row * N + cols, s, mask=mask)
-    tl.store(g_ptr + row * N + cols, g, mask=mask)
-
-
-@triton.jit
 def full(N, BLOCK: tl.constexpr):
     """Whether this program's split has ``BLOCK`` columns (all but a row's last, at most).
     The writers run their body specialised on it (``FULL``): with the mask a constant,
@@ -167,22 +142,24 @@ def sample_local(
 @triton.jit
 def sample_write(
     row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
-    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, F: tl.constexpr = 2,
 ):  # fmt: skip
     """:func:`sample_local`'s work for split ``split`` of row ``row``, a full split or a
-    row's last (also :mod:`.single`'s)."""
+    row's last (also :mod:`.single`'s); its words at ``own + split * F`` (:mod:`.rowk`
+    puts them in top-k's layout)."""
     if full_at(split, N, BLOCK):
         _sample_local(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride,
-                      relems, own, N, col0, BLOCK, WORLD, THREADS, True)  # fmt: skip
+                      relems, own, N, col0, BLOCK, WORLD, THREADS, True, F)  # fmt: skip
     else:
         _sample_local(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride,
-                      relems, own, N, col0, BLOCK, WORLD, THREADS, False)  # fmt: skip
+                      relems, own, N, col0, BLOCK, WORLD, THREADS, False, F)  # fmt: skip
 
 
 @triton.jit
 def _sample_local(
     row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
+    F: tl.constexpr,
 ):  # fmt: skip
     row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
     t = tl.load(t_ptr + row)
@@ -197,7 +174,7 @@ def _sample_local(
         if (xmax != xmax) | (tl.abs(xmax) == float("inf")) | (value(best) == float("inf")):
             gx = best_key(x, gidx, mask)
     ep, off = _target(epoch, pstride, relems, row)
-    ll.put_few(peers, off, own + split * 2, gx, best, ep, 2, WORLD, THREADS)
+    ll.put_few(peers, off, own + split * F, gx, best, ep, 2, WORLD, THREADS)
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -247,9 +224,10 @@ def minp_local(
 def minp_write(
     row, split, x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride,
     relems, own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    F: tl.constexpr = 2,
 ):  # fmt: skip
     """:func:`minp_local`'s work for split ``split`` of row ``row`` (also
-    :mod:`.single_filters`')."""
+    :mod:`.single_filters`' and :mod:`.rowk`'s), words at ``own + split * F``."""
     row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     gbest = tl.load(gbest_ptr + row)
     r = inv_t(tl.load(t_ptr + row))
@@ -258,4 +236,4 @@ def minp_write(
     keep = mask & ((s - smax) >= tl.load(logmp_ptr + row))
     best = argmax_key(g, gidx, keep)  # a NaN s is never kept
     ep, off = _target(epoch, pstride, relems, row)
-    ll.put_few(peers, off, own + split * 2, gbest, best, ep, 2, WORLD, THREADS)
+    ll.put_few(peers, off, own + split * F, gbest, best, ep, 2, WORLD, THREADS)

@@ -6,7 +6,7 @@ progress argument), applied to the writers of the filters' rounds:
 - :func:`probe_one`: top-k's round 1, :func:`.kernels.topk_probe` then
   :func:`.finals.topk_reduce`'s row work;
 - :func:`topk_one`: top-k's round 2 after :func:`.topk.topk_local`,
-  :func:`.topk.topk_overflow` then :func:`.topk.topk_final`'s row work. Its grid is the
+  :func:`.overflow.topk_overflow` then :func:`.topk.topk_final`'s row work. Its grid is the
   overflow writer's ``(M, P)``: the row's last of its ``P`` programs reads the row. The
   words it waits for come from every rank's ``topk_local`` (an earlier launch) and
   overflow programs, none of which waits;
@@ -31,8 +31,9 @@ import triton.language as tl
 
 from .finals import reduce_row, sample_row
 from .kernels import minp_write, probe_write
+from .overflow import overflow_write
 from .single import last_arrival, place
-from .topk import _topk_row, overflow_write
+from .topk import topk_row
 
 
 @triton.jit(do_not_specialize=["k", "own", "col0"])
@@ -51,23 +52,24 @@ def probe_one(
                    low_ptr, C, k, CAND, G, ROWK, BITS, THREADS, TRAP)  # fmt: skip
 
 
-@triton.jit(do_not_specialize=["k", "own", "col0"])
+@triton.jit(do_not_specialize=["k", "own", "col0", "V"])
 def topk_one(
     x_ptr, x_stride, t_ptr, seed_ptr, flags, p_ptr, logmp_ptr, gbest_ptr, out_ptr, k, peers,
-    box, epoch, arrivals, pstride, relems, own, N, col0, status, timeout_us, S, C,
+    box, epoch, arrivals, pstride, relems, own, N, col0, status, timeout_us, S, C, V,
     BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
-    SP: tl.constexpr, TOPP: tl.constexpr, MINP: tl.constexpr, WORLD: tl.constexpr,
-    THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
+    SP: tl.constexpr, TOPP: tl.constexpr, MINP: tl.constexpr, PLAIN: tl.constexpr,
+    WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+    TICKET: tl.constexpr,
 ):  # fmt: skip
-    """:func:`.topk.topk_overflow` then :func:`.topk.topk_final` in one launch."""
+    """:func:`.overflow.topk_overflow` then :func:`.topk.topk_final` in one launch."""
     row, p = place(arrivals, TICKET)
     overflow_write(row, p, x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride,
                    relems, own, k, S, N, col0, BLOCK, KP, BITS, ROWK, SP, WORLD,
                    THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
-        _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
-                  logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, BITS,
-                  THREADS, TRAP)  # fmt: skip
+        topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
+                 logmp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, BITS,
+                 THREADS, TRAP, PLAIN)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["own", "col0"])

@@ -1,5 +1,5 @@
 """Top-k on the fused path, with min-p and top-p over the exact top-k set (imported
-lazily: needs Triton): round 2's writers and the final kernel.
+lazily: needs Triton): round 2's first writer and the final kernel.
 
 Round 1 (:func:`.kernels.topk_probe`, :func:`.finals.topk_reduce`) gives every rank the
 row's greedy key and a bound ``low`` at or below the row's k-th largest ``s``. Round 2
@@ -9,12 +9,15 @@ has two writers, launched back to back:
   above ``low`` sends them all; a split with more sends nothing and marks itself in
   ``flags`` with the row's epoch (every program stores its flag on every call, so no
   flag is stale).
-- :func:`topk_overflow`: only the marked splits (rare), which send their ``k`` largest
+- :func:`.overflow.topk_overflow`: only the marked splits (rare), which send their ``k`` largest
   (a radix select). This code lives in its own kernel: inside :func:`topk_local`,
   never run, it made that kernel 1.7x slower at M=64 (benchmarks/NOTES.md). Its grid
   is ``(M, P)`` with ``P`` at most ``S`` (:func:`.geometry.idle_programs`): each
   program reads the flags of its share of the row's splits at once and serves the
   marked ones in turn, so the launch is cheap when none is marked.
+
+A per-row ``k`` whose rows may turn top-k off runs :func:`.rowk.rowk_local` instead of
+:func:`topk_local`, and the final kernel's ``PLAIN`` variant (:mod:`.rowk`).
 
 Words per split: ``[tie, floor, KP candidate keys key(s, j)]``. ``tie`` and ``floor``
 are KEY_MIN unless the split left out elements equal to its k-th largest ``v``; then
@@ -49,8 +52,8 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .finals import _row, _use_greedy, row_k
-from .kernels import _load_at, _load_row, _target, full
+from .finals import _row, _use_greedy, row_k, sample_row
+from .kernels import _load_row, _target, full
 from .keys import (
     KEY_MIN,
     LOW,
@@ -60,11 +63,7 @@ from .keys import (
     kth_largest_in,
     ordered32,
     ordered_value,
-    radix_bits,
-    row_key,
     scale,
-    scores,
-    top_select,
     value,
 )
 from .masses import _decode, _mass, _score_keys, _tau, _thr
@@ -109,85 +108,47 @@ def _topk_local(
     ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), empty, ep, WORLD)
 
 
-@triton.jit(do_not_specialize=["own", "k", "col0"])
-def topk_overflow(
-    x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, S, N, col0,
-    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
-    SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-):  # fmt: skip
-    """The splits :func:`topk_local` marked: their ``k`` (<= KP) largest elements. Program
-    ``(row, p)`` of ``(M, P)`` serves the row's splits ``p, p + P, ..`` (``S`` of them,
-    ``SP >= S``): one load of their flags, then the marked ones in turn (rare), so that
-    the launch costs little when none is marked (it runs on every top-k call)."""
-    overflow_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
-                   seed_ptr, flags, peers, epoch, pstride, relems, own, k, S, N, col0, BLOCK,
-                   KP, BITS, ROWK, SP, WORLD, THREADS)  # fmt: skip
-
-
-@triton.jit
-def overflow_write(
-    row, p, x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, S,
-    N, col0, BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
-    SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-):  # fmt: skip
-    """:func:`topk_overflow`'s work as program ``(row, p)`` (also :mod:`.single_filters`')."""
-    ep, off = _target(epoch, pstride, relems, row)
-    j = tl.arange(0, SP)
-    mine = (j < S) & (j % tl.num_programs(1) == p)
-    todo = mine & (tl.load(flags + row * S + j, mask=mine, other=0) == ep)
-    while tl.max(todo.to(tl.int32), 0) == 1:
-        split = tl.min(tl.where(todo, j, SP), 0)
-        todo = todo & (j != split)
-        _overflow_split(x_ptr, x_stride, t_ptr, seed_ptr, peers, off, ep, own, k, N, col0,
-                        row, split, BLOCK, KP, BITS, ROWK, WORLD, THREADS)  # fmt: skip
-
-
-@triton.jit
-def _overflow_split(
-    x_ptr, x_stride, t_ptr, seed_ptr, peers, off, ep, own, k, N, col0, row, split,
-    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
-    WORLD: tl.constexpr, THREADS: tl.constexpr,
-):  # fmt: skip
-    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
-    t = tl.load(t_ptr + row)
-    r = inv_t(t)
-    s = scale(x, r)
-    h = ordered32(s)
-    kr = row_k(k, row, ROWK)
-    sel, slot, v, overflow = top_select(h, radix_bits(x, BITS), mask, kr, BITS)
-    tie = tl.full((), KEY_MIN, tl.int64)
-    floor = tl.full((), KEY_MIN, tl.int64)
-    if overflow:
-        eq = mask & (h == v)
-        g = scores(x, r, row_key(tl.load(seed_ptr + row)), gidx)[1]
-        tie = tl.max(tl.where(eq, key(g, gidx), KEY_MIN), 0)
-        left = tl.sum((eq & ~sel).to(tl.int32), 0).to(tl.int64)
-        floor = (left << 32) | (v.to(tl.int64) & LOW)
-    sel = sel & (slot < KP)  # k <= KP: a guard
-    base = own + split * (2 + KP)
-    ll.put_few(peers, off, base, tie, floor, ep, 2, WORLD, THREADS)
-    ll.put(peers, off, base + 2 + slot, key(s, gidx), sel, ep, WORLD)
-    j = tl.arange(0, KP)
-    count = tl.sum(sel.to(tl.int32), 0)
-    ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
-
-
-@triton.jit(do_not_specialize=["M", "k"])
+@triton.jit(do_not_specialize=["M", "k", "V"])
 def topk_final(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, logmp_ptr,
-    gbest_ptr, out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
+    gbest_ptr, out_ptr, C, k, V, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
-    TRAP: tl.constexpr,
+    TRAP: tl.constexpr, PLAIN: tl.constexpr,
 ):  # fmt: skip
     """The token of every row: top-k (``k``; with ``ROWK`` an int64 ``[M]`` tensor), then
     min-p (``MINP``: ``logmp_ptr`` fp32) and top-p (``TOPP``: ``p_ptr`` float64 or float32, rows
-    with ``p >= 1`` off)."""
+    with ``p >= 1`` off). ``PLAIN`` (with ``ROWK``): rows whose ``k`` is 0 or ``>= V`` are
+    in the sample format (:mod:`.rowk`)."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
+        topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
+                 logmp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, XBITS,
+                 THREADS, TRAP, PLAIN)  # fmt: skip
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def topk_row(
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, logmp_ptr,
+    gbest_ptr, out_ptr, C, k, V, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
+    MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr, PLAIN: tl.constexpr,
+):  # fmt: skip
+    """:func:`topk_final`'s work for one row (also :mod:`.single_filters`')."""
+    F: tl.constexpr = 2 + KP
+    if PLAIN:
+        kr = tl.load(k + row)
+        if (kr == 0) | (kr >= V):
+            sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+                       out_ptr, C, CAND, THREADS, TRAP, F)  # fmt: skip
+        else:
+            _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+                      p_ptr, logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK,
+                      XBITS, THREADS, TRAP)  # fmt: skip
+    else:
         _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
                   logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, XBITS,
                   THREADS, TRAP)  # fmt: skip
-        row += tl.num_programs(0)
 
 
 @triton.jit

@@ -137,25 +137,24 @@ def sample_rows_k(
 ) -> torch.Tensor:
     """A per-row ``top_k`` (int64 ``[M, 1]``, values >= 0) with the other filters: rows
     with ``k`` in 1..64 from the fused top-k (:mod:`.topk`), rows with it off (0 or
-    ``>= V``) from the fused path without top-k (both run on every call: which rows are
-    which is known only on the device); any row with ``64 < k < V`` sets the flag, and
-    the fallback recomputes the call."""
-    m, dev, fused = shard.shape[0], sampler.device, sampler._fused
+    ``>= V``) without top-k; any row with ``64 < k < V`` sets the flag, and the fallback
+    recomputes the call. Without top-p, top-k's launches serve the off rows too
+    (:mod:`.rowk`). With it, the top-p path runs as well, and one kernel picks each row's
+    token (:mod:`.pick`; both run on every call: which rows are which is known only on
+    the device)."""
+    m, fused = shard.shape[0], sampler._fused
     p, mp, pv, logmp = filter_rows(sampler, p, mp, m)
     kv = k.view(m)  # contiguous: checks.top_k
+    if pv is None:
+        need = torch.empty(1, dtype=torch.bool, device=sampler.device)  # set by rowk_local
+        out = fused.sample_topk(shard, t.view(m), seeds, kv, None, logmp, need)
+        return _finish(sampler, "top_k rows", (shard, t, seeds, k, p, mp), out, need)
     topk = fused.sample_topk(shard, t.view(m), seeds, kv, pv, logmp)
-    if pv is not None:
-        other, need = fused.sample_topp(shard, t.view(m), seeds, pv, logmp)
-    else:
-        need = torch.empty(1, dtype=torch.bool, device=dev)  # set by pick_rows_k
-        if logmp is not None:
-            other = fused.sample_minp(shard, t.view(m), seeds, logmp)
-        else:
-            other = fused.sample(shard, t.view(m), seeds, None)
+    other, need = fused.sample_topp(shard, t.view(m), seeds, pv, logmp)
     # topk where 1 <= k <= 64, other where k is 0 or >= V; need where neither serves
     args = (kv, topk, other, topk, need, m, sampler.vocab)
     fused.launch(fused.pk.pick_rows_k, (1, 1), args,
-                 {"KMAX": MAX_CANDIDATES, "BLOCK": 256, "OR": pv is not None}, 4)  # fmt: skip
+                 {"KMAX": MAX_CANDIDATES, "BLOCK": 256, "OR": True}, 4)  # fmt: skip
     out = topk
     return _finish(sampler, "top_k rows", (shard, t, seeds, k, p, mp), out, need)
 
