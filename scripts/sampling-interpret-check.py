@@ -320,13 +320,15 @@ def _ticket_kernel(arrivals, order, seen):
 
 
 def check_tickets() -> int:
-    """Tickets hand out rows in order (:mod:`.single`, Progress): the ``i``-th program to
-    start works on split ``i % S`` of row ``i // S``, and the counter is 0 afterwards."""
-    arrivals, seen = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    """Tickets hand out each split column's rows in order (:mod:`.single`, Progress): the
+    ``i``-th program of column ``s`` to start works on row ``i``, every (row, split) once,
+    and the counters are 0 afterwards."""
+    arrivals, seen = torch.zeros(3, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
     order = torch.full((7, 3), -1, dtype=torch.int32)
     _ticket_kernel[(7, 3)](arrivals, order, seen)
-    ok = torch.equal(order.flatten(), torch.arange(21, dtype=torch.int32)) and not arrivals.any()
-    print(f"tickets in row order, counter reset: {'ok' if ok else 'FAIL'}")
+    ok = sorted(order.flatten().tolist()) == list(range(21)) and not arrivals.any()
+    ok = ok and all(bool((order[1:, s] > order[:-1, s]).all()) for s in range(3))
+    print(f"tickets in row order per column, counters reset: {'ok' if ok else 'FAIL'}")
     return not ok
 
 

@@ -30,7 +30,7 @@ class Box:
         self.parity_stride = capacity * self.row_elems
         self.data = torch.zeros(2 * self.parity_stride, dtype=torch.int64, device=device)
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
-        self.arrivals = torch.zeros(1 + capacity, dtype=torch.int32, device=device)
+        self.arrivals = torch.zeros(words + capacity, dtype=torch.int32, device=device)
         self.plans: dict[tuple, object] = {}
         pinned = device.type == "cuda"
         self.status = torch.zeros(4, dtype=torch.int32, pin_memory=pinned)

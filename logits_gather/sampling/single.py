@@ -8,8 +8,10 @@ greedy call, and on the device a launch gap.
 
 Arrival protocol
 ----------------
-Each mailbox has a private ``int32 [1 + capacity]`` word array (``arrivals``), zero at
-rest: word 0 is the ticket counter, word ``1 + row`` the row's arrival count.
+Each mailbox has a private ``int32`` word array (``arrivals``), zero at rest: in a
+kernel of ``S`` programs per row, words ``0 .. S - 1`` are the split columns' ticket
+counters and word ``S + row`` is the row's arrival count (the array holds the
+mailbox's words per row, at least ``S``, plus its capacity).
 
 - A program stores its words (:mod:`.ll`), crosses a CTA barrier, and one thread adds 1
   to its row's count (``atom.acq_rel.gpu``). The program that gets ``S - 1`` is the
@@ -36,19 +38,23 @@ ways, picked per call (``TICKET``):
   which never wait; so this runs only while the readers of every rank on a GPU cannot
   fill it: ``M`` at most half the SMs (one rank per GPU), or half the SMs divided among
   the ranks that share the GPU (:func:`.fastpath.single_rows`).
-- Work by ticket (any ``M``, one rank per GPU): each program first takes a ticket
-  ``t`` (one relaxed atomic add on word 0) and writes split ``t % S`` of row ``t // S``:
-  rows in order, whatever order the hardware starts programs in. The program that takes
-  the last ticket sets the counter back to 0 (every other program has taken its own).
-  Only a running program takes a ticket, and a writer never waits, so once a rank has
-  taken the tickets of rows ``0..r`` its words of those rows arrive. A reader of row
-  ``r`` exists only where every ticket of rows ``0..r`` was taken. Take the rank that
-  has taken the fewest tickets: every reader on its GPU waits for rows that all the
-  other ranks have taken, so each one ends, and so do its writers; so some rank always
-  progresses, whatever the number of rows. This needs each rank's kernel alone on its
-  GPU among these kernels: ranks that share a GPU could fill it with one rank's readers
-  while another rank, which they wait for, has no program running, so sharers keep the
-  program-id bound.
+- Work by ticket (any ``M``, one rank per GPU): program ``(i, s)`` first takes a
+  ticket ``t`` from its split column's counter (one relaxed atomic add on word ``s``)
+  and writes split ``s`` of row ``t``: each column hands out its rows in order, whatever
+  order the hardware starts programs in. The program that takes a column's last ticket
+  sets its counter back to 0 (every other program of the column has taken its own).
+  Only a running program takes a ticket, and a writer never waits, so once every column
+  of a rank has handed out rows ``0..r`` its words of those rows arrive. A reader of row
+  ``r`` exists only where that holds, since all ``S`` programs of the row arrived. Take
+  the rank whose columns have handed out the fewest rows (its least column): every
+  reader on its GPU waits for rows that every column of every other rank has handed
+  out, so each one ends, and so do its writers; so some rank always progresses,
+  whatever the number of rows. This needs each rank's kernel alone on its GPU among
+  these kernels: ranks that share a GPU could fill it with one rank's readers while
+  another rank, which they wait for, has no program running, so sharers keep the
+  program-id bound. (One counter for all columns, ticket ``t`` writing split ``t % S``
+  of row ``t // S``, holds by the same argument; its ``M * S`` adds on one word cost
+  more device time, benchmarks/NOTES.md.)
 """
 
 from __future__ import annotations
@@ -63,16 +69,16 @@ from .logprob_writer import logprobs_write
 
 @triton.jit
 def place(arrivals, TICKET: tl.constexpr):
-    """``(row, split)`` this program works on: its program id, or with ``TICKET`` the
-    next ticket in row order (see Progress)."""
+    """``(row, split)`` this program works on: its program id, or with ``TICKET`` its split
+    column's next row (see Progress)."""
+    split = tl.program_id(1)
     if TICKET:
-        s = tl.num_programs(1)
-        t = tl.atomic_add(arrivals, 1, sem="relaxed", scope="gpu")
-        if t == tl.num_programs(0) * s - 1:  # the last ticket: every program has one
-            tl.store(arrivals, 0)
-        return (t // s).to(tl.int64), t % s
+        t = tl.atomic_add(arrivals + split, 1, sem="relaxed", scope="gpu")
+        if t == tl.num_programs(0) - 1:  # the column's last ticket: each program has one
+            tl.store(arrivals + split, 0)
+        return t.to(tl.int64), split
     else:
-        return tl.program_id(0).to(tl.int64), tl.program_id(1)
+        return tl.program_id(0).to(tl.int64), split
 
 
 @triton.jit
@@ -80,10 +86,11 @@ def last_arrival(arrivals, row):
     """Whether this program is the last of ``row``'s ``S`` programs on this rank to arrive
     (it then resets the count); every thread gets the same answer."""
     tl.debug_barrier()  # the program's stores and epoch loads come first
-    old = tl.atomic_add(arrivals + 1 + row, 1, sem="acq_rel", scope="gpu")
+    count = arrivals + tl.num_programs(1) + row
+    old = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
     last = old == tl.num_programs(1) - 1
     if last:
-        tl.store(arrivals + 1 + row, 0)
+        tl.store(count, 0)
     return last
 
 
