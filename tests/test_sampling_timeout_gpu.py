@@ -8,6 +8,7 @@ names the cause. A stalled peer that calls late still gets the right answer.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -20,6 +21,8 @@ from tests.gpu import needs_gpu, placement_env, rank_device, two_rank_placement
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 COLUMNS = 8192
+MPS = "CUDA_MPS_PIPE_DIRECTORY"
+"""Set where scripts/gpu-tests.sh started an MPS daemon."""
 
 
 def _run(rank: int, world: int, placement: str, mode: str, peer: str) -> str:
@@ -68,5 +71,8 @@ def _run(rank: int, world: int, placement: str, mode: str, peer: str) -> str:
 @pytest.mark.parametrize("mode", ["raise", "trap"])
 def test_sampler_peer_timeout(mode: str, peer: str) -> None:
     p = two_rank_placement()
+    if mode == "trap" and peer == "stalled" and p != "per-gpu" and os.environ.get(MPS):
+        pytest.skip("under MPS a trap ends every client of the GPU, the stalled peer too: "
+                    "run with LOGITS_GATHER_NO_MPS=1 (scripts/gpu-tests.sh)")  # fmt: skip
     messages = run_ranks(_run, 2, p, mode, peer, env=placement_env(p), timeout=120, hard_exit=True)
     assert "timed out" in messages[0], messages
