@@ -85,7 +85,7 @@ def sample_topk(
     vocab = fused.columns * fused.world
     if need is not None:  # rows with k off sample here too (:mod:`.rowk`)
         head = (t, low, flags, k, seed, lmp, gbest, need)
-        consts = {"KP": kp, "MINP": log_min_p is not None, "KMAX": MAX_CANDIDATES}
+        consts = {"KP": kp, "MINP": filters["MINP"], "KMAX": MAX_CANDIDATES}
         fused._local(fused.rk.rowk_local, shard, head, "sample_k", kp, (vocab,), consts)
     else:
         fused._local(fused.t.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})

@@ -1,9 +1,11 @@
 """The per-row top-k's last step in one kernel (imported lazily: needs Triton).
 
-:func:`.topp.sample_rows_k` runs the fused top-k and the path without top-k on every
-call, then keeps, per row, the top-k token where ``1 <= k <= 64`` and the other one
-elsewhere, and flags rows that neither serves (``64 < k < V``) for the exact fallback.
-As torch ops that was about a dozen small kernels per eager call; here it is one.
+With ``top_p``, :func:`.topp.sample_rows_k` runs the fused top-k and the top-p path on
+every call, then keeps, per row, the top-k token where ``1 <= k <= 64`` and the other
+one elsewhere, and flags rows that neither serves (``64 < k < V``) for the exact
+fallback, or-ed into top-p's flag (``OR``; without it, the flag is set alone). As torch
+ops that was about a dozen small kernels per eager call; here it is one. (Without
+``top_p``, top-k's own launches serve every row: :mod:`.rowk`.)
 """
 
 from __future__ import annotations

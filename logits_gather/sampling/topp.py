@@ -145,18 +145,18 @@ def sample_rows_k(
     m, fused = shard.shape[0], sampler._fused
     p, mp, pv, logmp = filter_rows(sampler, p, mp, m)
     kv = k.view(m)  # contiguous: checks.top_k
+    call = (shard, t, seeds, k, p, mp)
     if pv is None:
         need = torch.empty(1, dtype=torch.bool, device=sampler.device)  # set by rowk_local
         out = fused.sample_topk(shard, t.view(m), seeds, kv, None, logmp, need)
-        return _finish(sampler, "top_k rows", (shard, t, seeds, k, p, mp), out, need)
+        return _finish(sampler, "top_k rows", call, out, need)
     topk = fused.sample_topk(shard, t.view(m), seeds, kv, pv, logmp)
     other, need = fused.sample_topp(shard, t.view(m), seeds, pv, logmp)
     # topk where 1 <= k <= 64, other where k is 0 or >= V; need where neither serves
     args = (kv, topk, other, topk, need, m, sampler.vocab)
     fused.launch(fused.pk.pick_rows_k, (1, 1), args,
                  {"KMAX": MAX_CANDIDATES, "BLOCK": 256, "OR": True}, 4)  # fmt: skip
-    out = topk
-    return _finish(sampler, "top_k rows", (shard, t, seeds, k, p, mp), out, need)
+    return _finish(sampler, "top_k rows", call, topk, need)
 
 
 def _finish(
