@@ -11,7 +11,12 @@ the capture in progress on the current stream:
 2. the IF node joins the capture's dependencies, and the capture continues after it;
 3. ``body`` is captured into the node's child graph on a side stream; its allocations
    go to a memory pool kept alive by the caller (:class:`Conditional`), so no block the
-   child graph uses returns to the general cache.
+   child graph uses returns to the general cache. The side streams are the
+   :class:`Conditional`'s own, one per nesting level, created with it: a stream from
+   torch's pool (``torch.cuda.Stream()`` hands its 32 streams out in turn) is at times
+   the very stream whose capture is in progress, and beginning a capture on it fails
+   (``CUresult 401``: in session 18, on every capture of 20 top-p calls, 40 IF nodes,
+   and on 2 of 18 captures of 1 to 3 calls).
 
 Requirements: a driver with conditional nodes (CUDA >= 12.4), NVRTC, and a capture
 started on this thread. :func:`Conditional.problem` says why one cannot be used.
@@ -39,6 +44,10 @@ extern "C" __global__ void logits_gather_set_if(unsigned int low, unsigned int h
 """
 _NODE_CONDITIONAL, _COND_IF, _ASSIGN_DEFAULT = 13, 0, 1
 _SET_DEPENDENCIES, _THREAD_LOCAL, _ACTIVE = 1, 1, 1
+_NON_BLOCKING = 1
+DEPTH = 4
+"""IF nodes one inside the other, at most (top-p's fallback node sits in its round-2 node:
+2)."""
 
 
 class _CondParams(ctypes.Structure):  # CUDA_CONDITIONAL_NODE_PARAMS
@@ -83,6 +92,12 @@ class Conditional:
             self.kernel = torch.cuda._compile_kernel(_SOURCE, "logits_gather_set_if")
         self.pool = torch.cuda.MemPool()
         self._depth = 0  # IF nodes being captured, one inside the other
+        self._sides = []  # a side stream per nesting level, never a capturing one
+        with torch.cuda.device(device):
+            for _ in range(DEPTH):
+                handle = ctypes.c_void_p()
+                self.drv("cuStreamCreate", ctypes.byref(handle), ctypes.c_uint(_NON_BLOCKING))
+                self._sides.append(torch.cuda.ExternalStream(handle.value, device=device))
 
     @staticmethod
     def problem(device: torch.device) -> str | None:
@@ -152,7 +167,9 @@ class Conditional:
         else:
             self.drv("cuStreamUpdateCaptureDependencies", ctypes.c_void_p(stream), one,
                      ctypes.c_size_t(1), ctypes.c_uint(_SET_DEPENDENCIES))  # fmt: skip
-        side = torch.cuda.Stream(self.device)
+        if self._depth >= DEPTH:
+            raise RuntimeError(f"logits_gather: IF nodes nest at most {DEPTH} deep")
+        side = self._sides[self._depth]
         self.drv("cuStreamBeginCaptureToGraph", ctypes.c_void_p(side.cuda_stream), child, None,
                  None, ctypes.c_size_t(0), ctypes.c_int(_THREAD_LOCAL))  # fmt: skip
         try:
