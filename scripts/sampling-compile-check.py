@@ -82,9 +82,9 @@ def variants():
         for np_ in (0, 32):
             consts = dict(local, NP=np_, XBITS=bits)
             yield f"logprobs_local NP={np_}", L.logprobs_local, x, consts, 8
-        for minp in (False, True):
-            narrow = dict(local, BLOCK=2048, THREADS=128, SLOTS=55, MINP=minp)
-            yield f"nucleus_local MINP={minp}", N.nucleus_local, x, narrow, 4
+        for minp, rowk in ((False, False), (True, False), (True, True)):
+            narrow = dict(local, BLOCK=2048, THREADS=128, SLOTS=55, MINP=minp, ROWK=rowk)
+            yield f"nucleus_local MINP={minp} ROWK={rowk}", N.nucleus_local, x, narrow, 4
         again = dict(local, BLOCK=2048, THREADS=128, SLOTS=55)
         yield "again_local", S.again_local, x, again, 4
         for ticket in (False, True):  # one launch (single.py), tp=2's geometries
@@ -108,14 +108,18 @@ def variants():
     yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
     for xb in (16, 32):
         nf = dict(final, CAND=128, SLOTS=55, LANES=4096, THREADS=256, XBITS=xb)
-        yield f"nucleus_final XBITS={xb}", N.nucleus_final, None, nf, 8
+        for rowk in (False, True):  # a per-row k with top-p (rowk.py)
+            nfk = dict(nf, ROWK=rowk)
+            yield f"nucleus_final XBITS={xb} ROWK={rowk}", N.nucleus_final, None, nfk, 8
         yield f"again_final XBITS={xb}", S.again_final, None, nf, 8
     yield "noise_kernel", E.noise_kernel, F32P, {"BLOCK": 1024}, 4
     # A small vocabulary (the GPU tests' 4099 columns per rank at tp=2): fewer splits
     # than threads, so the polls' words are replicated across warps. Checked for their
     # polls only: spills there cost no production time.
     small = dict(final, CAND=8, SLOTS=64, LANES=512, THREADS=256, XBITS=16)
-    yield "nucleus_final small", N.nucleus_final, None, small, 8
+    for rowk in (False, True):
+        name = "nucleus_final ROWK small" if rowk else "nucleus_final small"
+        yield name, N.nucleus_final, None, dict(small, ROWK=rowk), 8
     yield "again_final small", S.again_final, None, small, 8
     reduce = dict(final, CAND=8, G=8, THREADS=128, ROWK=True, BITS=16)
     yield "topk_reduce small", F.topk_reduce, None, reduce, 4

@@ -1,11 +1,13 @@
 """Exactness of the fused top-p and top-k kernels on adversarial rows, one GPU, one rank
-(top-k also with a per-row k whose rows turn it off, with and without min-p).
+(top-k also with a per-row k whose rows turn it off, with and without min-p; a per-row
+k with top-p).
 
 ``PYTHONPATH=. python scripts/sampling-exact-check.py`` runs, for bfloat16, float16 and
-float32, 16 calls each of top-p, top-k with top-p and min-p, top-k alone and a per-row
-k, at M=64 over 75776 columns (tp=2's per-rank width), on fresh random rows: plain,
-runs of ties, a split of equal values at the top, greedy rows (T=0), rows with top-p
-off, and rows whose ``s`` is subnormal. It prints how many tokens differ from
+float32, 16 calls each of top-p, top-k with top-p and min-p, top-k alone, a per-row
+k, and a per-row k with top-p (min-p on odd trials), at M=64 over 75776 columns (tp=2's
+per-rank width), on fresh random rows: plain, runs of ties, a split of equal values at
+the top, greedy rows (T=0), rows with top-p off, and rows whose ``s`` is subnormal. It
+prints how many tokens differ from
 :mod:`.reference` (top-p: decided rows only; undecided ones go to the exact fallback in
 a sampler), how many top-p rows reached the second round, and how many stayed
 undecided. Exit status 1 on a wrong token.
@@ -57,7 +59,7 @@ def main() -> int:
     wrong_total = 0
     for dt in (getattr(torch, name) for name in DTYPES):
         f = Ranks(1, N, M, dev, wait_ctas=0, ticket_rows=0 if TICKETS else None).fused[0]
-        wrong = undecided = second = calls = 0
+        wrong = undecided = second = calls = k_rows = k_undecided = 0
         for trial in range(16):
             x, t, seed, p, mp, k = rows(gen, dt, trial, dev)
             tok, _ = f.sample_topp(x, t, seed, p, None)
@@ -78,11 +80,21 @@ def main() -> int:
             tok = f.sample_topk(x, t, seed, kr, None, lmp, need)
             want = reference.sample(x, t, seed, top_k=torch.where(kr >= N, 0, kr), min_p=mpr)
             wrong += int((tok != want).sum()) + int(need)
-            calls += 4
+            # A per-row k (any value) with top-p in top-p's launches (rowk.py): decided rows.
+            kr = torch.tensor([0, 1, k, 64, N, 300], device=dev)[pick]
+            tok, _, second_round = f.topp_rounds(x, t, seed, p, lmp, kr)
+            second_round()  # always
+            want = reference.sample(x, t, seed, top_k=kr, top_p=p, min_p=mpr)
+            wrong += int(((tok != want) & (tok >= 0)).sum())
+            on = (kr > 0) & (kr < N)
+            k_undecided += int(((tok < 0) & on).sum())
+            k_rows += int(on.sum())
+            calls += 5
         print(
             f"{dt}{' (tickets)' if TICKETS else ''}: {calls} calls x {M} rows, wrong {wrong}, "
             f"top-p rows to round 2 {second}, "
-            f"undecided {undecided}",
+            f"undecided {undecided}; per-row k with top-p: {k_undecided} of {k_rows} rows "
+            f"with k on undecided",
             flush=True,
         )
         wrong_total += wrong

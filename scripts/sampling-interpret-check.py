@@ -116,9 +116,12 @@ def run(
     far = off.clone()
     far[m // 2] = min(65, v - 1)
     ops += [("rowk", (off, None)), ("rowk", (off, 0.05)), ("rowk", (far, None))]
+    # Per-row k with top-p in top-p's launches (rowk.py): any k, decided from candidates
+    pk = torch.tensor([(5, 0, 64, v, 1, 300, 0, 20, 65)[i % 9] for i in range(m)])
+    ops += [("rowkp", (pk, mixed, None)), ("rowkp", (pk, mixed, 0.05)), ("rowkp", (pk, 0.9, None))]
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
     ops = [op for op in ops if only is None or op[0] in only]
-    undecided = spilled = rescued = 0
+    undecided = spilled = rescued = k_rows = k_decided = 0
     boxes: dict[int, list[Box]] = {}
 
     def box_for(rank: int):
@@ -210,6 +213,18 @@ def run(
                 ok = torch.equal(got[served], want[served]) and bool(need) == bool((~served).any())
                 if not ok:
                     print(op, "got", got.tolist(), "want", want.tolist(), "need", bool(need))
+            elif op == "rowkp":
+                got, need = got
+                k, p, mp = arg
+                want = reference.sample(full, temp, seeds, top_k=k, top_p=p, min_p=mp)
+                decided = got >= 0
+                ok = torch.equal(got[decided], want[decided]) and bool(need) == bool(
+                    (~decided).any()
+                )
+                on = (k > 0) & (k < v)
+                k_rows, k_decided = k_rows + int(on.sum()), k_decided + int((on & decided).sum())
+                if not ok:
+                    print(op, "got", got.tolist(), "want", want.tolist(), "need", bool(need))
             elif op.startswith("sample") or op == "minp":
                 f = dict(min_p=arg) if op == "minp" else dict(top_k=arg)
                 want = reference.sample(full, temp, seeds, **f)
@@ -235,6 +250,8 @@ def run(
         f"top-p rows left to round 2: {spilled}, of which it decided {rescued}; "
         f"undecided (fallback): {undecided}"
     )
+    if k_rows:
+        print(f"per-row top-k with top-p: {k_decided} of {k_rows} rows with k on decided")
     if single:
         print("one-launch kernels run:", ", ".join(sorted(launched)) or "none")
         busy = [w for w, made in boxes.items() for b in made if b.arrivals.any()]
@@ -272,6 +289,14 @@ def _call(f, op, arg, shard, temp, seeds, ids):
         logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
         need = torch.ones(1, dtype=torch.bool)  # the kernel must write it
         return f.sample_topk(shard, temp, seeds, k, None, logmp, need), need
+    if op == "rowkp":
+        k, p, mp = arg
+        m = shard.shape[0]
+        p = p if isinstance(p, torch.Tensor) else torch.full((m,), p, dtype=torch.float64)
+        logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
+        out, flags, second = f.topp_rounds(shard, temp, seeds, p, logmp, k)
+        second()  # always: the caller's flags may skip it
+        return out, flags[:1]
     if op.startswith("sample"):
         return f.sample(shard, temp, seeds, arg)
     return f.logprobs(shard, ids, arg or 0)
@@ -335,7 +360,7 @@ def check_tickets() -> int:
 def main() -> int:
     """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
     ``--only=OP[,OP]``: those operations alone (greedy, sample, sample_k, logprobs, minp,
-    topp, topk_f, rowk). ``--single``: the world-1 one-launch runs alone."""
+    topp, topk_f, rowk, rowkp). ``--single``: the world-1 one-launch runs alone."""
     if "--single" in sys.argv:
         fails = check_tickets()
         fails += run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)

@@ -61,7 +61,9 @@ def finals(columns: int, world: int):
     slots = max(1, min(64, NUCLEUS_LANES // narrow.c))
     lanes = _pow2(narrow.c * slots)
     nf = dict(base, CAND=narrow.cand, SLOTS=slots, LANES=lanes, XBITS=16)
-    yield "nucleus_final", N.nucleus_final, nf, _warps(lanes, FINAL_WARPS)
+    for rowk in (False, True):  # a per-row k with top-p (rowk.py)
+        nfk = dict(nf, ROWK=rowk)
+        yield f"nucleus_final rowk={rowk}", N.nucleus_final, nfk, _warps(lanes, FINAL_WARPS)
     yield "again_final", S.again_final, nf, _warps(lanes, FINAL_WARPS)
     for n in TOP_NS:
         lp = dict(base, CAND=narrow.cand, NP=room(n))

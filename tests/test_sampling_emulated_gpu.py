@@ -124,6 +124,16 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
             (name, lambda f, r, pm=pm, lm=lm: f.sample_topp(shards[r], temp, seed, pm, lm),
              reference.sample(full, temp, seed, top_p=pm, min_p=mp))
         )  # fmt: skip
+    # A per-row k (any value) with top-p, in top-p's launches (rowk.py); both rounds run.
+    kr = torch.tensor([rng.choice([0, 1, 7, 50, 64, 300, V]) for _ in range(m)], device=dev)
+
+    def rows_k(f, r, kr=kr, p=p64, lm=logmp):
+        out, flags, second = f.topp_rounds(shards[r], temp, seed, p, lm, kr)
+        second()
+        return out, flags[:1]
+
+    out.append(("top_p=[M],top_k=[M],min_p", rows_k,
+                reference.sample(full, temp, seed, top_k=kr, top_p=p64, min_p=min_p)))  # fmt: skip
     for name, k, p, mp in (("top_k=20,top_p=0.9", 20, 0.9, None), ("top_k=3,min_p", 3, None, 1),
                            ("top_k=50,top_p=[M],min_p", 50, p64, 1),
                            ("top_k=64,top_p=0.5", 64, 0.5, None),

@@ -367,32 +367,30 @@ def test_one_launch_takes_tickets_above_ticket_rows(monkeypatch: pytest.MonkeyPa
     assert launched[-1][1] is False and launched[-1][0] != "bound"  # another dtype: compiled
 
 
-def test_per_row_top_k_without_top_p_runs_top_k_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_per_row_top_k_runs_one_fused_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """A per-row ``top_k`` without ``top_p`` runs the fused top-k alone, with its fallback
     flag (rows with ``k`` off are sampled in its launches, ``rowk.py``), with or without
-    ``min_p``; with ``top_p`` it also runs the top-p path and the pick kernel."""
+    ``min_p``; with ``top_p`` it runs top-p's rounds alone, with the per-row ``k``, and
+    hands ``_finish`` their round 2 under a kind of its own (its first call warms it)."""
     from types import SimpleNamespace
 
     from logits_gather.sampling import topp
 
-    m, calls = 4, []
+    m, calls, kinds = 4, [], []
 
     class _Fused:
-        pk = SimpleNamespace(pick_rows_k="pick")
-
         def sample_topk(self, shard, t, seed, k, p, lmp, need=None):
             assert k.shape == (m,) and t.shape == (m,)
             calls.append(("topk", p is not None, lmp is not None, need is not None))
             return torch.zeros(m, dtype=torch.int64)
 
-        def sample_topp(self, shard, t, seed, p, lmp):
-            calls.append(("topp",))
-            return torch.zeros(m, dtype=torch.int64), torch.zeros(1, dtype=torch.bool)
-
-        def launch(self, fn, grid, args, consts, warps):
-            calls.append((fn,))
+        def topp_rounds(self, shard, t, seed, p, lmp, k=None):
+            assert k is not None and k.shape == (m,) and p.shape == (m,)
+            calls.append(("topp", lmp is not None))
+            return torch.zeros(m, dtype=torch.int64), torch.zeros(2, dtype=torch.bool), id
 
     def finish(sampler, kind, call, out, need, second=None):
+        kinds.append((kind, second is not None))
         return out, need
 
     monkeypatch.setattr(topp, "_finish", finish)
@@ -405,6 +403,8 @@ def test_per_row_top_k_without_top_p_runs_top_k_alone(monkeypatch: pytest.Monkey
         _, need = topp.sample_rows_k(s, shard, t, seeds, k, None, mp)
         assert calls == [("topk", False, mp is not None, True)], calls
         assert need.dtype == torch.bool and need.shape == (1,)
-    calls.clear()
-    topp.sample_rows_k(s, shard, t, seeds, k, 0.9, None)
-    assert calls == [("topk", True, False, False), ("topp",), ("pick",)], calls
+    for mp in (None, 0.05):
+        calls.clear()
+        topp.sample_rows_k(s, shard, t, seeds, k, 0.9, mp)
+        assert calls == [("topp", mp is not None)], calls
+    assert kinds[-1] == ("top_k rows, top_p", True) and kinds[0] == ("top_k rows", False)

@@ -70,7 +70,6 @@ class Fused:
             logprob_writer,
             nucleus,
             overflow,
-            pick,
             rowk,
             single,
             single_filters,
@@ -79,7 +78,7 @@ class Fused:
         )
 
         self.k, self.f, self.n, self.t, self.s = kernels, finals, nucleus, topk, spill
-        self.o, self.sf, self.lw, self.pk = single, single_filters, logprob_writer, pick
+        self.o, self.sf, self.lw = single, single_filters, logprob_writer
         self.e, self.ov, self.rk = elementwise, overflow, rowk
         self.single_rows = single_rows
         """Eager greedy, sample and logprobs calls of at most this many rows run as one

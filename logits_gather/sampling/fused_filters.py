@@ -132,12 +132,15 @@ def topp_rounds(
     seed: torch.Tensor,
     p: torch.Tensor,
     log_min_p: torch.Tensor | None,
+    k: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
     """:func:`sample_topp`'s round 1, launched: ``(tokens, flags, second)``. ``flags``
     (bool ``[2]``) holds ``need`` and ``more``: some row is left to round 2 or ``need``
     is set (every rank computes the same ``more``, so all may skip round 2 alike).
     ``second()`` launches round 2; the tokens are final once it ran or ``more`` is
-    False. ``fused.topp_flags`` is the last call's ``flags`` (diagnostics)."""
+    False. ``fused.topp_flags`` is the last call's ``flags`` (diagnostics). With ``k``
+    (a per-row ``top_k``, int64 ``[M]``, values >= 0), top-k applies before top-p in
+    the rows where it is on (:mod:`.rowk`; such rows never go to round 2)."""
     m, slots = shard.shape[0], fused.nucleus_slots
     gbest = fused.greedy(shard, key=True)
     mp = p if log_min_p is None else log_min_p
@@ -146,17 +149,19 @@ def topp_rounds(
     # (tests.emulated's warm) then has every rank skip every row alike in round 2.
     flags = torch.empty(2, dtype=torch.bool, device=shard.device)
     lam = fused._new(shard, torch.int32)
-    head = (t, seed, p, mp, gbest, lam, flags)
-    consts = {"SLOTS": slots, "MINP": log_min_p is not None}
-    mb = fused._local(fused.n.nucleus_local, shard, head, "nucleus", 0, (), consts)
+    kv, vocab = (t, 0) if k is None else (k, fused.columns * fused.world)
+    head = (t, seed, p, mp, gbest, lam, flags, kv)
+    consts = {"SLOTS": slots, "MINP": log_min_p is not None, "ROWK": k is not None}
+    mb = fused._local(fused.n.nucleus_local, shard, head, "nucleus", 0, (vocab,), consts)
     out = fused._new(shard)
     thr = fused._new(shard)
     fused.spilled, fused.topp_flags = lam, flags
     lanes = _pow2(fused.narrow.c * slots)
     consts = {"SLOTS": slots, "LANES": lanes, "XBITS": xbits(shard.dtype)}
-    tail = (t, seed, p, gbest, out, flags, lam, thr, fused.narrow.c)
+    tail = (t, seed, p, gbest, out, flags, lam, thr, fused.narrow.c, kv, vocab)
     warps = _warps(lanes, FINAL_WARPS)
-    fused._final(fused.n.nucleus_final, m, mb, tail, consts, warps, fused.narrow)
+    rowk = {"ROWK": k is not None}
+    fused._final(fused.n.nucleus_final, m, mb, tail, consts | rowk, warps, fused.narrow)
 
     def second() -> None:
         seen = fused._new(shard, torch.int32)

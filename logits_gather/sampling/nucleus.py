@@ -52,6 +52,7 @@ from .keys import (
     value,
 )
 from .masses import _decode, _mass, _score_keys, _tau, _thr
+from .rowk import nucleus_k_row
 
 HEAD: tl.constexpr = tl.constexpr(3)  # words before a split's candidate slots
 BINS: tl.constexpr = tl.constexpr(32)  # levels of 2 * (s_max - s): 0.5 apart, the last open
@@ -74,30 +75,33 @@ def _fits(level, keep, SLOTS: tl.constexpr):
     return lo
 
 
-@triton.jit(do_not_specialize=["own", "col0"])
+@triton.jit(do_not_specialize=["own", "V", "col0"])
 def nucleus_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr, need_ptr, peers,
-    epoch, pstride, relems, own, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
-    MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr, need_ptr, k_ptr,
+    peers, epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
+    MINP: tl.constexpr, ROWK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """Also resets the call's flags, so that no fill kernel runs: ``lam`` to DONE (split 0
     of each row; :func:`nucleus_final`, later in stream order, sets it) and both of
-    ``need_ptr``'s flags (``need``, ``more``) to False (program ``(0, 0)``)."""
+    ``need_ptr``'s flags (``need``, ``more``) to False (program ``(0, 0)``). ``ROWK``:
+    ``k_ptr`` is a per-row ``top_k`` (int64 ``[M]``), and a row with it on (``0 < k <
+    V``) sends candidates even where its ``top_p`` is off (:func:`.rowk.nucleus_k_row`)."""
     if full(N, BLOCK):
         _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr,
-                       need_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, SLOTS,
-                       MINP, WORLD, THREADS, True)  # fmt: skip
+                       need_ptr, k_ptr, peers, epoch, pstride, relems, own, V, N, col0, BLOCK,
+                       SLOTS, MINP, ROWK, WORLD, THREADS, True)  # fmt: skip
     else:
         _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr,
-                       need_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, SLOTS,
-                       MINP, WORLD, THREADS, False)  # fmt: skip
+                       need_ptr, k_ptr, peers, epoch, pstride, relems, own, V, N, col0, BLOCK,
+                       SLOTS, MINP, ROWK, WORLD, THREADS, False)  # fmt: skip
 
 
 @triton.jit
 def _nucleus_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr, need_ptr, peers,
-    epoch, pstride, relems, own, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
-    MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
+    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr, need_ptr, k_ptr,
+    peers, epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
+    MINP: tl.constexpr, ROWK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    FULL: tl.constexpr,
 ):  # fmt: skip
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
     if tl.program_id(1) == 0:
@@ -115,7 +119,11 @@ def _nucleus_local(
     q = tl.where(keep, _mass(s, smax), 0)
     z = tl.sum(q, 0)
     best = tl.full((), KEY_MIN, tl.int64)
-    if tl.load(p_ptr + row) >= 1.0:  # top-p off in this row: every kept element counts
+    plain = tl.load(p_ptr + row) >= 1.0  # top-p off in this row
+    if ROWK:  # and top-k off in it
+        kr = tl.load(k_ptr + row)
+        plain = plain & ((kr == 0) | (kr >= V))
+    if plain:  # every kept element counts
         sel = keep & (cols < 0)
         g = scores(x, r, row_key(tl.load(seed_ptr + row)), gidx)[1]
         best = argmax_key(g, gidx, keep)
@@ -139,29 +147,32 @@ def _nucleus_local(
     ll.put(peers, off, base + HEAD + j, tl.full([64], KEY_MIN, tl.int64), empty, ep, WORLD)
 
 
-@triton.jit(do_not_specialize=["M"])
+@triton.jit(do_not_specialize=["M", "V"])
 def nucleus_final(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, gbest_ptr,
-    out_ptr, need_ptr, lam_ptr, thr_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
-    LANES: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    out_ptr, need_ptr, lam_ptr, thr_ptr, C, k_ptr, V, CAND: tl.constexpr, SLOTS: tl.constexpr,
+    LANES: tl.constexpr, XBITS: tl.constexpr, ROWK: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
 ):  # fmt: skip
     """The token of every decided row, and ``lam`` = DONE; for the others, -1 and the
     second round's level ``lam`` and ``thr`` (:mod:`.spill`), or ``need`` set when the
     candidates' mass never reaches ``thr``; for either, ``more`` (``need_ptr + 1``) set:
-    a caller may skip round 2 when it is not (:mod:`.topp`)."""
+    a caller may skip round 2 when it is not (:mod:`.topp`). ``ROWK``: rows whose
+    ``top_k`` (``k_ptr``) is on take :func:`.rowk.nucleus_k_row` instead."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         _nucleus_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                     p_ptr, gbest_ptr, out_ptr, need_ptr, lam_ptr, thr_ptr, C, CAND, SLOTS,
-                     LANES, XBITS, THREADS, TRAP)  # fmt: skip
+                     p_ptr, gbest_ptr, out_ptr, need_ptr, lam_ptr, thr_ptr, C, k_ptr, V, CAND,
+                     SLOTS, LANES, XBITS, ROWK, THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
 
 
 @triton.jit
 def _nucleus_row(
     box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, gbest_ptr,
-    out_ptr, need_ptr, lam_ptr, thr_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
-    LANES: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    out_ptr, need_ptr, lam_ptr, thr_ptr, C, k_ptr, V, CAND: tl.constexpr, SLOTS: tl.constexpr,
+    LANES: tl.constexpr, XBITS: tl.constexpr, ROWK: tl.constexpr, THREADS: tl.constexpr,
+    TRAP: tl.constexpr,
 ):  # fmt: skip
     F: tl.constexpr = HEAD + SLOTS
     c = tl.arange(0, CAND)
@@ -180,36 +191,56 @@ def _nucleus_row(
     lam = tl.full((), DONE, tl.int32)
     thr = tl.full((), 0, tl.int64)
     if not _use_greedy(t, gbest):
-        if p >= 1.0:
-            tok = index(tl.max(tl.where(ok, best, KEY_MIN), 0))
-        else:
-            thr = _thr(tl.sum(tl.where(ok, z, 0), 0), p)
-            bound = tl.max(tl.where(ok, w, -0x7FFFFFFF - 1), 0)
-            valid = on & (cand != KEY_MIN)
-            s, h, u, _ = _decode(cand, t, valid, XBITS)
-            smax = scale(value(gbest), inv_t(t))
-            above = valid & (h > bound)
-            q = tl.where(above, _mass(s, smax), 0)
-            if tl.sum(q, 0) >= thr:
-                # The mass at or above lo reaches thr, at or above hi it does not.
-                lo = tl.min(tl.where(above, u, 1 << 32), 0)
-                hi = tl.max(tl.where(above, u, 0), 0) + 1
-                tau = _tau(u, h, q, above, lo, hi, thr, -0x7FFFFFFF - 1)
-                sc = _score_keys(cand, seed_ptr, row)
-                tok = index(tl.max(tl.where(above & (h >= tau), sc, KEY_MIN), 0))
+        if ROWK:  # a per-row k: rows with it on (0 < k < V) are top-k's (rowk.py)
+            kr = tl.load(k_ptr + row)
+            if (kr > 0) & (kr < V):
+                tok = nucleus_k_row(cand, on, w, ok, gbest, t, p, kr, seed_ptr, row, need_ptr,
+                                    XBITS)  # fmt: skip
             else:
-                # The candidates' own mass reaches thr from lam up, so tau >= lam: the
-                # second round gathers every element at or above it.
-                tok = tl.full((), -1, tl.int64)
-                tl.store(need_ptr + 1, 1)
-                qa = tl.where(valid, _mass(s, smax), 0)
-                if tl.sum(qa, 0) >= thr:
-                    lo = tl.min(tl.where(valid, u, 1 << 32), 0)
-                    hi = tl.max(tl.where(valid, u, 0), 0) + 1
-                    lam = _tau(u, h, qa, valid, lo, hi, thr, -0x7FFFFFFF - 1).to(tl.int32)
-                else:
-                    tl.store(need_ptr, 1)
+                tok, lam, thr = _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row,
+                                          need_ptr, XBITS)  # fmt: skip
+        else:
+            tok, lam, thr = _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row,
+                                      need_ptr, XBITS)  # fmt: skip
     tl.store(lam_ptr + row, lam)
     tl.store(thr_ptr + row, thr)
     tl.store(out_ptr + row, tok)
     tl.store(epoch + row, ep)
+
+
+@triton.jit
+def _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row, need_ptr, XBITS: tl.constexpr):
+    """``(token, lam, thr)`` of a sampled row from round 1's words (see
+    :func:`nucleus_final`)."""
+    lam = tl.full((), DONE, tl.int32)
+    thr = tl.full((), 0, tl.int64)
+    if p >= 1.0:
+        tok = index(tl.max(tl.where(ok, best, KEY_MIN), 0))
+    else:
+        thr = _thr(tl.sum(tl.where(ok, z, 0), 0), p)
+        bound = tl.max(tl.where(ok, w, -0x7FFFFFFF - 1), 0)
+        valid = on & (cand != KEY_MIN)
+        s, h, u, _ = _decode(cand, t, valid, XBITS)
+        smax = scale(value(gbest), inv_t(t))
+        above = valid & (h > bound)
+        q = tl.where(above, _mass(s, smax), 0)
+        if tl.sum(q, 0) >= thr:
+            # The mass at or above lo reaches thr, at or above hi it does not.
+            lo = tl.min(tl.where(above, u, 1 << 32), 0)
+            hi = tl.max(tl.where(above, u, 0), 0) + 1
+            tau = _tau(u, h, q, above, lo, hi, thr, -0x7FFFFFFF - 1)
+            sc = _score_keys(cand, seed_ptr, row)
+            tok = index(tl.max(tl.where(above & (h >= tau), sc, KEY_MIN), 0))
+        else:
+            # The candidates' own mass reaches thr from lam up, so tau >= lam: the
+            # second round gathers every element at or above it.
+            tok = tl.full((), -1, tl.int64)
+            tl.store(need_ptr + 1, 1)
+            qa = tl.where(valid, _mass(s, smax), 0)
+            if tl.sum(qa, 0) >= thr:
+                lo = tl.min(tl.where(valid, u, 1 << 32), 0)
+                hi = tl.max(tl.where(valid, u, 0), 0) + 1
+                lam = _tau(u, h, qa, valid, lo, hi, thr, -0x7FFFFFFF - 1).to(tl.int32)
+            else:
+                tl.store(need_ptr, 1)
+    return tok, lam, thr

@@ -1,9 +1,11 @@
-"""A per-row ``top_k`` in top-k's launches (imported lazily: needs Triton).
+"""A per-row ``top_k`` in the launches of one fused path (imported lazily: needs Triton).
 
 A server's batch mixes rows with top-k on (``1 <= k <= 64``: the fused top-k,
-:mod:`.topk`), off (``k`` 0 or ``>= V``) and beyond the fused path (``64 < k < V``).
-Without top-p, :func:`.topp.sample_rows_k` serves all of them with top-k's rounds alone
-(three launches in eager calls, as a scalar ``k``):
+:mod:`.topk`), off (``k`` 0 or ``>= V``) and beyond the fused top-k (``64 < k < V``).
+:func:`.topp.sample_rows_k` serves all of them in three launches in eager calls:
+without top-p in top-k's rounds, with top-p in top-p's (below).
+
+Without top-p:
 
 - Round 1 (the probe) runs on every row as it is: it gives every row its greedy key,
   which min-p needs.
@@ -20,6 +22,25 @@ Without top-p, :func:`.topp.sample_rows_k` serves all of them with top-k's round
 
 The words of an off row are the sample path's words, and the reduction is the same, so
 its token is the sample path's (with min-p: min-p's).
+
+With top-p, top-p's round 1 (:mod:`.nucleus`) serves every row. Its candidates are an
+upper set of each split's kept elements, so with ``B`` the largest ``s`` any split left
+out, every kept element with ``s > B`` is a candidate. :func:`nucleus_k_row` decides a
+row whose ``k`` is on (``0 < k < V``, any ``k``) from them alone:
+
+- If at least ``k`` candidates lie above ``B``, the k-th largest of them (by radix key,
+  ties counted) is the row's k-th largest kept ``s``. With min-p, the kept set is an
+  upper set of ``s``, so that is also the definition's k-th largest of the whole row
+  when the kept set holds ``k`` elements or more; it does here. Top-k keeps the
+  candidates at or above it: every element equal to the cut value is above ``B``, so
+  a candidate.
+- If fewer lie above ``B`` and no split left anything out, the candidates are the
+  whole kept set, which then has fewer than ``k`` elements: top-k keeps all of it.
+- Otherwise the row is undecided: its token is -1, and it sets ``need`` (and ``more``).
+
+A decided row has its kept set in the candidates, so top-p over it is exact there
+(the definition's masses, ``thr`` and ``tau`` over that set), and round 2 never serves
+it. Rows with ``k`` off are top-p's rows as they are.
 """
 
 from __future__ import annotations
@@ -29,6 +50,8 @@ import triton.language as tl
 
 from . import ll
 from .kernels import minp_write, sample_write
+from .keys import KEY_MIN, index, inv_t, scale, value
+from .masses import _decode, _mass, _score_keys, _tau, _thr
 from .topk import topk_local
 
 
@@ -74,4 +97,35 @@ def _need(k_ptr, need_ptr, M, V, KMAX: tl.constexpr):
     tl.store(need_ptr, tl.max(bad, 0) != 0)
 
 
-__all__ = ["rowk_local"]
+@triton.jit
+def nucleus_k_row(cand, on, w, ok, gbest, t, p, k, seed_ptr, row, need_ptr, XBITS: tl.constexpr):
+    """The token of a row whose ``top_k`` is on (``0 < k < V``) from top-p's round-1 words
+    (``cand`` its candidate keys on the ``on`` lanes, ``w`` each ``ok`` split's largest
+    ``s`` left out; ``p`` float64, 1 for off), or -1 with ``need`` and ``more`` set."""
+    none = -0x7FFFFFFF - 1
+    bound = tl.max(tl.where(ok, w, none), 0)
+    valid = on & (cand != KEY_MIN)
+    s, h, u, _ = _decode(cand, t, valid, XBITS)
+    above = valid & (h > bound)  # every kept element with s > B
+    n = tl.sum(above.to(tl.int64), 0)
+    tok = tl.full((), -1, tl.int64)
+    if (n >= k) | (bound == none):
+        lo = tl.min(tl.where(above, u, 1 << 32), 0)
+        hi = tl.max(tl.where(above, u, 0), 0) + 1
+        kth = _tau(u, h, above.to(tl.int64), above, lo, hi, tl.minimum(k, n), none)
+        top = above & (h >= kth)  # the kept set after top-k, ties at the cut included
+        tau = kth
+        if p < 1.0:
+            q = tl.where(top, _mass(s, scale(value(gbest), inv_t(t))), 0)
+            lo = tl.min(tl.where(top, u, 1 << 32), 0)
+            hi = tl.max(tl.where(top, u, 0), 0) + 1
+            tau = _tau(u, h, q, top, lo, hi, _thr(tl.sum(q, 0), p), none)
+        sc = _score_keys(cand, seed_ptr, row)
+        tok = index(tl.max(tl.where(top & (h >= tau), sc, KEY_MIN), 0))
+    else:
+        tl.store(need_ptr, 1)
+        tl.store(need_ptr + 1, 1)
+    return tok
+
+
+__all__ = ["nucleus_k_row", "rowk_local"]

@@ -8,7 +8,9 @@ nucleus spills past both. Then the exact torch-ops path (:func:`.filters.sample`
 the definition's radix selects over the shards) recomputes every row. Every rank sees
 the same flag (the final kernels reduce the same words), so every rank takes the same
 branch and the fallback's collective exchanges stay matched. A per-row ``top_k`` sets
-the flag too when some row has ``64 < k < V``, which the fused top-k cannot serve.
+the flag too when some row has ``64 < k < V`` without top-p (the fused top-k cannot
+serve it), or with top-p when the candidates cannot decide a row's top-k set
+(:mod:`.rowk`).
 
 - Eager: one host sync per call reads the flag (the fused kernels' result is needed
   to know whether the fallback runs).
@@ -36,7 +38,6 @@ from typing import Any
 import torch
 
 from . import conditional, exchange, filters, ops, select
-from .filters import MAX_CANDIDATES
 
 log = logging.getLogger(__name__)
 _warned: list[bool] = []
@@ -135,13 +136,13 @@ def sample_rows_k(
     p: float | torch.Tensor | None,
     mp: float | torch.Tensor | None,
 ) -> torch.Tensor:
-    """A per-row ``top_k`` (int64 ``[M, 1]``, values >= 0) with the other filters: rows
-    with ``k`` in 1..64 from the fused top-k (:mod:`.topk`), rows with it off (0 or
-    ``>= V``) without top-k; any row with ``64 < k < V`` sets the flag, and the fallback
-    recomputes the call. Without top-p, top-k's launches serve the off rows too
-    (:mod:`.rowk`). With it, the top-p path runs as well, and one kernel picks each row's
-    token (:mod:`.pick`; both run on every call: which rows are which is known only on
-    the device)."""
+    """A per-row ``top_k`` (int64 ``[M, 1]``, values >= 0) with the other filters, in one
+    fused path (:mod:`.rowk`); rows it cannot serve set the flag, and the fallback
+    recomputes the call. Without top-p, top-k's launches serve every row: rows with
+    ``k`` in 1..64 by the fused top-k (:mod:`.topk`), rows with it off (0 or ``>= V``)
+    without top-k, and rows with ``64 < k < V`` never. With top-p, top-p's launches
+    serve every row whose candidates decide it (the flag as top-p's, round 2 for rows
+    with ``k`` off)."""
     m, fused = shard.shape[0], sampler._fused
     p, mp, pv, logmp = filter_rows(sampler, p, mp, m)
     kv = k.view(m)  # contiguous: checks.top_k
@@ -150,13 +151,8 @@ def sample_rows_k(
         need = torch.empty(1, dtype=torch.bool, device=sampler.device)  # set by rowk_local
         out = fused.sample_topk(shard, t.view(m), seeds, kv, None, logmp, need)
         return _finish(sampler, "top_k rows", call, out, need)
-    topk = fused.sample_topk(shard, t.view(m), seeds, kv, pv, logmp)
-    other, need = fused.sample_topp(shard, t.view(m), seeds, pv, logmp)
-    # topk where 1 <= k <= 64, other where k is 0 or >= V; need where neither serves
-    args = (kv, topk, other, topk, need, m, sampler.vocab)
-    fused.launch(fused.pk.pick_rows_k, (1, 1), args,
-                 {"KMAX": MAX_CANDIDATES, "BLOCK": 256, "OR": True}, 4)  # fmt: skip
-    return _finish(sampler, "top_k rows", call, topk, need)
+    out, flags, second = fused.topp_rounds(shard, t.view(m), seeds, pv, logmp, kv)
+    return _finish(sampler, "top_k rows, top_p", call, out, flags, second)
 
 
 def _finish(
