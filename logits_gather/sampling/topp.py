@@ -19,10 +19,10 @@ serve it), or with top-p when the candidates cannot decide a row's top-k set
   through the driver API: torch 2.11's ``CUDAGraph`` has no IF nodes; CUDA >= 12.4).
   Without them, the fallback is captured unconditionally (exact, about 1.4 ms per
   replay at M=64; logged once).
-- Top-p without top-k also skips its round 2 when round 1 decided every row (a second
-  flag, ``more``): eagerly, the same one host sync reads both flags (a call that runs
-  round 2 reads ``need`` again after it); under capture, round 2 and the fallback's IF
-  node sit inside an IF node on ``more``.
+- Top-p's path (without top-k, or with a per-row one) also skips its round 2 when round
+  1 decided every row (a second flag, ``more``): eagerly, the same one host sync reads
+  both flags (a call that runs round 2 reads ``need`` again after it); under capture,
+  round 2 and the fallback's IF node sit inside an IF node on ``more``.
 
 A sampler's first eager call of each kind runs the fallback whatever the flag says, so its
 kernels are compiled and loaded before a capture needs them (every eager call builds
