@@ -35,7 +35,7 @@ I64P, F32P = "*i64", "*fp32"
 
 
 TYPES = {
-    "t_ptr": F32P, "seed_ptr": I64P, "logmp_ptr": F32P, "gbest_ptr": I64P, "ids_ptr": I64P,
+    "t_ptr": F32P, "seed_ptr": I64P, "mp_ptr": F32P, "gbest_ptr": I64P, "ids_ptr": I64P,
     "out_ptr": I64P, "lp_ptr": F32P, "top_ids_ptr": I64P, "top_lp_ptr": F32P, "s_ptr": F32P,
     "g_ptr": F32P, "low_ptr": "*i32", "peers": I64P, "epoch": "*i32", "box": I64P, "status": "i64",
     "pstride": "i64", "relems": "i32", "p_ptr": "*fp64", "need_ptr": "*i1", "flags": "*i32",

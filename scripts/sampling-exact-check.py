@@ -6,11 +6,11 @@ k with top-p).
 float32, 16 calls each of top-p, top-k with top-p and min-p, top-k alone, a per-row
 k, and a per-row k with top-p (min-p on odd trials), at M=64 over 75776 columns (tp=2's
 per-rank width), on fresh random rows: plain, runs of ties, a split of equal values at
-the top, greedy rows (T=0), rows with top-p off, and rows whose ``s`` is subnormal. It
-prints how many tokens differ from
-:mod:`.reference` (top-p: decided rows only; undecided ones go to the exact fallback in
-a sampler), how many top-p rows reached the second round, and how many stayed
-undecided. Exit status 1 on a wrong token.
+the top, greedy rows (T=0), rows with top-p off, rows whose ``s`` is subnormal, and
+rows spread past a subnormal min-p's threshold (or with min-p 0). It prints how many
+tokens differ from :mod:`.reference` (top-p: decided rows only; undecided ones go to the
+exact fallback in a sampler), how many top-p rows reached the second round, and how
+many stayed undecided. Exit status 1 on a wrong token.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ def rows(gen: torch.Generator, dt: torch.dtype, trial: int, dev: torch.device):
     p = torch.rand(M, device=dev, generator=gen, dtype=torch.float64) * 0.98 + 0.01
     p[::9] = 1.0
     mp = torch.rand(M, device=dev, generator=gen) * 0.2
+    mp[6::16] = 0.0  # min-p off in those rows
+    # Subnormal min-p (a threshold of -87 to -103) on rows spread wide enough to reach it.
+    sub = torch.randint(1, 1 << 23, (M // 16,), device=dev, generator=gen, dtype=torch.int32)
+    mp[5::16] = sub.view(torch.float32)
+    x[5::16] = (torch.randn(M // 16, N, device=dev, generator=gen) * 40).to(dt)
+    t[5::16] = 1.0
     k = int(torch.randint(1, 65, (1,), device=dev, generator=gen))
     return x, t, seed, p, mp, k
 
@@ -67,7 +73,7 @@ def main() -> int:
             wrong += int(((tok != want) & (tok >= 0)).sum())
             undecided += int((tok < 0).sum())
             second += int((f.spilled != 0x7FFFFFFF).sum())
-            tok = f.sample_topk(x, t, seed, k, p, torch.log(mp))
+            tok = f.sample_topk(x, t, seed, k, p, mp)
             wrong += int((tok != reference.sample(x, t, seed, top_k=k, top_p=p, min_p=mp)).sum())
             tok = f.sample(x, t, seed, k)
             wrong += int((tok != reference.sample(x, t, seed, top_k=k)).sum())
@@ -75,14 +81,14 @@ def main() -> int:
             # with min-p on odd trials.
             pick = torch.randint(0, 5, (M,), device=dev, generator=gen)
             kr = torch.tensor([0, 1, k, 64, N], device=dev)[pick]
-            lmp, mpr = (torch.log(mp), mp) if trial % 2 else (None, None)
+            mpr = mp if trial % 2 else None
             need = torch.ones(1, dtype=torch.bool, device=dev)  # the kernel must clear it
-            tok = f.sample_topk(x, t, seed, kr, None, lmp, need)
+            tok = f.sample_topk(x, t, seed, kr, None, mpr, need)
             want = reference.sample(x, t, seed, top_k=torch.where(kr >= N, 0, kr), min_p=mpr)
             wrong += int((tok != want).sum()) + int(need)
             # A per-row k (any value) with top-p in top-p's launches (rowk.py): decided rows.
             kr = torch.tensor([0, 1, k, 64, N, 300], device=dev)[pick]
-            tok, _, second_round = f.topp_rounds(x, t, seed, p, lmp, kr)
+            tok, _, second_round = f.topp_rounds(x, t, seed, p, mpr, kr)
             second_round()  # always
             want = reference.sample(x, t, seed, top_k=kr, top_p=p, min_p=mpr)
             wrong += int(((tok != want) & (tok >= 0)).sum())

@@ -29,13 +29,16 @@ from logits_gather.sampling import (  # noqa: E402
     finals,
     fused,
     geometry,
+    kernels,
     keys,
     launcher,
     logprob_writer,
     masses,
+    nucleus,
     reference,
     rng,
     single,
+    topk,
 )
 from tests.emulated import Box  # noqa: E402
 
@@ -49,6 +52,7 @@ logprob_writer.libdevice = _Libdevice
 keys.libdevice = _Libdevice
 finals.libdevice = _Libdevice
 masses.libdevice = _Libdevice
+kernels.libdevice = nucleus.libdevice = topk.libdevice = _Libdevice  # min-p's log
 _LOCK = threading.Lock()
 _launch = launcher.Launcher.__call__
 
@@ -268,33 +272,33 @@ def _call(f, op, arg, shard, temp, seeds, ids):
     if op == "greedy":
         return f.greedy(shard)
     if op == "minp":
-        logmp = torch.log(torch.full((shard.shape[0],), arg, dtype=torch.float32))
-        return f.sample_minp(shard, temp, seeds, logmp)
+        mp = torch.full((shard.shape[0],), arg, dtype=torch.float32)
+        return f.sample_minp(shard, temp, seeds, mp)
     if op == "topp":
         p, mp = arg
         m = shard.shape[0]
         p = p if isinstance(p, torch.Tensor) else torch.full((m,), p, dtype=torch.float64)
-        logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
-        return f.sample_topp(shard, temp, seeds, p, logmp)
+        mp = None if mp is None else torch.full((m,), mp, dtype=torch.float32)
+        return f.sample_topp(shard, temp, seeds, p, mp)
     if op == "topk_f":
         k, p, mp = arg
         m = shard.shape[0]
         if p is not None and not isinstance(p, torch.Tensor):
             p = torch.full((m,), p, dtype=torch.float64)
-        logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
-        return f.sample_topk(shard, temp, seeds, k, p, logmp)
+        mp = None if mp is None else torch.full((m,), mp, dtype=torch.float32)
+        return f.sample_topk(shard, temp, seeds, k, p, mp)
     if op == "rowk":
         k, mp = arg
         m = shard.shape[0]
-        logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
+        mp = None if mp is None else torch.full((m,), mp, dtype=torch.float32)
         need = torch.ones(1, dtype=torch.bool)  # the kernel must write it
-        return f.sample_topk(shard, temp, seeds, k, None, logmp, need), need
+        return f.sample_topk(shard, temp, seeds, k, None, mp, need), need
     if op == "rowkp":
         k, p, mp = arg
         m = shard.shape[0]
         p = p if isinstance(p, torch.Tensor) else torch.full((m,), p, dtype=torch.float64)
-        logmp = None if mp is None else torch.log(torch.full((m,), mp, dtype=torch.float32))
-        out, flags, second = f.topp_rounds(shard, temp, seeds, p, logmp, k)
+        mp = None if mp is None else torch.full((m,), mp, dtype=torch.float32)
+        out, flags, second = f.topp_rounds(shard, temp, seeds, p, mp, k)
         second()  # always: the caller's flags may skip it
         return out, flags[:1]
     if op.startswith("sample"):

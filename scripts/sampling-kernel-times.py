@@ -72,7 +72,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     t = torch.full((m,), 0.8, device=device)
     seed = torch.arange(m, device=device)
     ids = torch.randint(0, columns, (m,), device=device)
-    logmp = torch.full((m,), -3.0, device=device)
+    mp = torch.full((m,), 0.05, device=device)
     p90 = torch.full((m,), 0.9, dtype=torch.float64, device=device)
     gkey = f.greedy(x, key=True)
     tok, _ = f.sample_topp(x, t, seed, p90, None)
@@ -117,8 +117,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         "sample": lambda: f.sample(x, t, seed, None),
         "sample_k50": lambda: f.sample(x, t, seed, 50),
         "sample_k50_p90": lambda: f.sample_topk(x, t, seed, 50, p90, None),
-        "sample_k50_p90_minp": lambda: f.sample_topk(x, t, seed, 50, p90, logmp),
-        "sample_minp": lambda: f.sample_minp(x, t, seed, logmp),
+        "sample_k50_p90_minp": lambda: f.sample_topk(x, t, seed, 50, p90, mp),
+        "sample_minp": lambda: f.sample_minp(x, t, seed, mp),
         "sample_p90 (fused)": lambda: f.sample_topp(x, t, seed, p90, None),
         "sample_p90 round 1": lambda: f.topp_rounds(x, t, seed, p90, None),
         "logprobs": lambda: f.logprobs(x, ids, 0),

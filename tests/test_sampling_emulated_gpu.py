@@ -100,12 +100,11 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
     seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev)
     ids = torch.randint(0, V, (m,), device=dev)
     min_p = torch.tensor([rng.choice([0.01, 0.1, 0.5]) for _ in range(m)], device=dev)
-    logmp = torch.log(min_p)
     out = [
         ("greedy", lambda f, r: f.greedy(shards[r]), full.argmax(1)),
         ("sample", lambda f, r: f.sample(shards[r], temp, seed, None),
          reference.sample(full, temp, seed)),
-        ("min_p", lambda f, r: f.sample_minp(shards[r], temp, seed, logmp),
+        ("min_p", lambda f, r: f.sample_minp(shards[r], temp, seed, min_p),
          reference.sample(full, temp, seed, min_p=min_p)),
     ]  # fmt: skip
     for k in TOP_KS:
@@ -119,7 +118,7 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
                         ("top_p=0.8,min_p", 0.8, min_p)):  # fmt: skip
         pm = p if isinstance(p, torch.Tensor) else torch.full((m,), p, dtype=torch.float64,
                                                                device=dev)  # fmt: skip
-        lm = None if mp is None else logmp
+        lm = mp
         out.append(
             (name, lambda f, r, pm=pm, lm=lm: f.sample_topp(shards[r], temp, seed, pm, lm),
              reference.sample(full, temp, seed, top_p=pm, min_p=mp))
@@ -127,7 +126,7 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
     # A per-row k (any value) with top-p, in top-p's launches (rowk.py); both rounds run.
     kr = torch.tensor([rng.choice([0, 1, 7, 50, 64, 300, V]) for _ in range(m)], device=dev)
 
-    def rows_k(f, r, kr=kr, p=p64, lm=logmp):
+    def rows_k(f, r, kr=kr, p=p64, lm=min_p):
         out, flags, second = f.topp_rounds(shards[r], temp, seed, p, lm, kr)
         second()
         return out, flags[:1]
@@ -142,7 +141,7 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
             k = torch.tensor([rng.choice([1, 2, 7, 50, 64]) for _ in range(m)], device=dev)
         pm = p if not isinstance(p, float) else torch.full((m,), p, dtype=torch.float64,
                                                            device=dev)  # fmt: skip
-        lm, mp = (None, None) if mp is None else (logmp, min_p)
+        lm = mp = None if mp is None else min_p
         out.append(
             (name, lambda f, r, k=k, pm=pm, lm=lm: f.sample_topk(shards[r], temp, seed, k, pm, lm),
              reference.sample(full, temp, seed, top_k=k, top_p=pm, min_p=mp))

@@ -76,6 +76,27 @@ def test_noise_and_scores_bit_identical() -> None:
             )
 
 
+def test_min_p_log_bit_identical() -> None:
+    """The fused kernels take ``log(min_p)`` with libdevice's ``log`` on the device: its bits
+    equal ``torch.log``'s (the definition's) on every subnormal fp32, 0, -0.0, 1 and 2**22
+    random normal values in (0, 1) (scripts/min-p-log-check.py checks every fp32 in [0, 1])."""
+    from logits_gather.sampling.elementwise import log_kernel
+
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    gen = torch.Generator(device=dev).manual_seed(random.randrange(2**31))
+    normal = torch.randint(0x00800000, 0x3F800000, (1 << 22,), device=dev, generator=gen,
+                           dtype=torch.int32)  # fmt: skip
+    ends = torch.tensor([-(2**31), 0x3F800000], dtype=torch.int32, device=dev)  # -0.0, 1.0
+    sub = torch.arange(0, 0x00800000, dtype=torch.int32, device=dev)
+    bits = torch.cat([sub, normal, ends])
+    x = bits.view(torch.float32)
+    got = torch.full_like(x, float("nan"))
+    log_kernel[(triton_cdiv(x.numel(), 1024),)](x, got, x.numel(), BLOCK=1024)
+    diff = _bits(got) != _bits(torch.log(x))
+    assert int(diff.sum()) == 0, f"{int(diff.sum())} differ, first at {x[diff][:4].tolist()}"
+
+
 def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -100,6 +121,8 @@ def _filters(rng: random.Random, m: int, dev: torch.device) -> list[dict]:
         dict(top_k=col([0, 5, 50, 300, V]), top_p=0.9),  # in top-p's launches (rowk.py)
         dict(top_k=col([0, 3, 50, V]), min_p=col([0.0, 0.05, 0.3])),
         dict(min_p=col([0.0, 0.01, 0.2, 1.0])),
+        dict(min_p=col([0.0, 1e-40, 1e-30, 0.3])),  # subnormal: libdevice log, as torch.log
+        dict(top_k=col([0, 7, 300]), min_p=col([1e-42, 0.05])),
     ]
 
 

@@ -273,8 +273,7 @@ def test_bound_launch_fixes_all_but_the_free_arguments(
 def test_scalar_filters_rows_are_cached_and_exact() -> None:
     """A scalar top_p or min_p costs no fill kernel per eager call (topp.filled): the
     same storage serves later calls of any M up to the capacity, its values equal a
-    fresh fill (and min_p's log equals torch.log of one), tensors pass through, and the
-    cache stays bounded."""
+    fresh fill, tensors pass through, and the cache stays bounded."""
     from types import SimpleNamespace
 
     from logits_gather.sampling import topp
@@ -284,14 +283,15 @@ def test_scalar_filters_rows_are_cached_and_exact() -> None:
     assert p.shape == (5, 1) and torch.equal(p, topp.rows(0.9, 5, torch.float64, s.device))
     again = topp.filled(s, 0.9, 3, torch.float64)
     assert again.data_ptr() == p.data_ptr() and again.shape == (3, 1)
-    lmp = topp.filled(s, 0.05, 8, torch.float32, log=True)
-    assert torch.equal(lmp, torch.log(torch.full((8, 1), 0.05)))
-    assert topp.filled(s, 0.05, 4, torch.float32).dtype == torch.float32  # its own entry
+    mp = topp.filled(s, 0.05, 8, torch.float32)
+    assert mp.dtype == torch.float32 and torch.equal(mp, torch.full((8, 1), 0.05))
     assert topp.filled(s, 0.9, 20, torch.float64).shape == (20, 1)  # past the capacity
     rows = torch.rand(6, 1)
     assert topp.filled(s, rows, 6, torch.float32) is rows
-    assert torch.equal(topp.filled(s, rows, 6, torch.float32, log=True), torch.log(rows))
-    assert topp.filled(s, None, 6, torch.float32, log=True) is None
+    assert topp.filled(s, None, 6, torch.float32) is None
+    _, _, pv, mpv = topp.filter_rows(s, 0.9, rows, 6)
+    assert mpv.shape == (6,) and mpv.data_ptr() == rows.data_ptr()  # no log kernel
+    assert pv.shape == (6,) and pv.dtype == torch.float64
     for i in range(3 * topp.FILLED_MOST):
         topp.filled(s, i / 1000, 2, torch.float32)
     assert len(s._filled) <= topp.FILLED_MOST
@@ -379,14 +379,14 @@ def test_per_row_top_k_runs_one_fused_path(monkeypatch: pytest.MonkeyPatch) -> N
     m, calls, kinds = 4, [], []
 
     class _Fused:
-        def sample_topk(self, shard, t, seed, k, p, lmp, need=None):
+        def sample_topk(self, shard, t, seed, k, p, mp, need=None):
             assert k.shape == (m,) and t.shape == (m,)
-            calls.append(("topk", p is not None, lmp is not None, need is not None))
+            calls.append(("topk", p is not None, mp is not None, need is not None))
             return torch.zeros(m, dtype=torch.int64)
 
-        def topp_rounds(self, shard, t, seed, p, lmp, k=None):
+        def topp_rounds(self, shard, t, seed, p, mp, k=None):
             assert k is not None and k.shape == (m,) and p.shape == (m,)
-            calls.append(("topp", lmp is not None))
+            calls.append(("topp", mp is not None))
             return torch.zeros(m, dtype=torch.int64), torch.zeros(2, dtype=torch.bool), id
 
     def finish(sampler, kind, call, out, need, second=None):

@@ -1,11 +1,12 @@
 """The fused path's elementwise kernels over ``[M, N]`` (imported lazily: needs Triton):
 the filter path's scores, and the noise alone for tests. Both are bit-identical to
-:func:`.rng.perturbed` on the same columns."""
+:func:`.rng.perturbed` on the same columns. Also min-p's ``log`` alone, for tests."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from .keys import inv_t, row_key, scores
 
@@ -35,4 +36,13 @@ def scores_kernel(x_ptr, x_stride, t_ptr, seed_ptr, s_ptr, g_ptr, N, col0, BLOCK
     tl.store(g_ptr + row * N + cols, g, mask=mask)
 
 
-__all__ = ["noise_kernel", "scores_kernel"]
+@triton.jit
+def log_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Test helper: ``out = log(x)`` (fp32, ``n`` elements) as the min-p kernels take
+    ``log(min_p)``: libdevice's, which must equal ``torch.log``'s bits."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = i < n
+    tl.store(out_ptr + i, libdevice.log(tl.load(x_ptr + i, mask=mask, other=1.0)), mask=mask)
+
+
+__all__ = ["log_kernel", "noise_kernel", "scores_kernel"]

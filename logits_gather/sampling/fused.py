@@ -215,17 +215,17 @@ class Fused:
         return s, g
 
     def sample_minp(
-        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, log_min_p: torch.Tensor
+        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, min_p: torch.Tensor
     ) -> torch.Tensor:
         """min-p without top-k/top-p: greedy round for ``s_max``, then the min-p round
-        (``log_min_p`` fp32 ``[M]``)."""
+        (``min_p`` fp32 ``[M]``)."""
         gbest = self.greedy(shard, key=True)
         out = self._new(shard)
         if self._single(shard):
-            free = (t, seed, log_min_p, gbest, out)
+            free = (t, seed, min_p, gbest, out)
             self._one(self.sf.minp_one, shard, "sample", free, (self.narrow.c,), {})
             return out
-        head = (t, seed, log_min_p, gbest)
+        head = (t, seed, min_p, gbest)
         mb = self._local(self.k.minp_local, shard, head, "sample", 0, (), {})
         tail = (t, seed, out, self.narrow.c)
         self._final(self.f.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)

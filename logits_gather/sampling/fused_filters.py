@@ -45,11 +45,11 @@ def sample_topk(
     seed: torch.Tensor,
     k: int | torch.Tensor,
     p: torch.Tensor | None,
-    log_min_p: torch.Tensor | None,
+    min_p: torch.Tensor | None,
     need: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Top-k (``k`` 1..64, or int64 ``[M]``: rows outside 1..64 get junk tokens), then
-    min-p (``log_min_p`` fp32 ``[M]``) and top-p (``p`` float64 or float32 ``[M]``, rows ``>= 1``
+    min-p (``min_p`` fp32 ``[M]``) and top-p (``p`` float64 or float32 ``[M]``, rows ``>= 1``
     off) over the exact top-k set (:mod:`.topk`). With ``need`` (bool ``[1]``; ``k`` a
     tensor, no ``p``), rows whose ``k`` is off (0 or ``>= V``) are sampled without top-k
     (after min-p) in the same launches, and ``need`` says whether a row has ``64 < k < V``
@@ -80,11 +80,11 @@ def sample_topk(
                                device=shard.device)  # fmt: skip
     flags = mb.flags
     pv = t if p is None else p
-    lmp = t if log_min_p is None else log_min_p
-    filters = {"TOPP": p is not None, "MINP": log_min_p is not None, "PLAIN": need is not None}
+    mpv = t if min_p is None else min_p
+    filters = {"TOPP": p is not None, "MINP": min_p is not None, "PLAIN": need is not None}
     vocab = fused.columns * fused.world
     if need is not None:  # rows with k off sample here too (:mod:`.rowk`)
-        head = (t, low, flags, k, seed, lmp, gbest, need)
+        head = (t, low, flags, k, seed, mpv, gbest, need)
         consts = {"KP": kp, "MINP": filters["MINP"], "KMAX": MAX_CANDIDATES}
         fused._local(fused.rk.rowk_local, shard, head, "sample_k", kp, (vocab,), consts)
     else:
@@ -95,13 +95,13 @@ def sample_topk(
     over = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": rowk, "SP": _pow2(splits)}
     warps = plan.final_one if one else 0
     if warps:
-        head = (t, seed, flags, pv, lmp, gbest, out, *free)
+        head = (t, seed, flags, pv, mpv, gbest, out, *free)
         fused._one(fused.sf.topk_one, shard, "sample_k", head, (splits, c, vocab),
                    over | filters, kp, n, programs, warps)  # fmt: skip
         return out
     fused._local(fused.ov.topk_overflow, shard, (t, seed, flags), "sample_k", kp, (k, splits),
                  over, programs=programs)  # fmt: skip
-    tail = (t, seed, pv, lmp, gbest, out, c, k, vocab)
+    tail = (t, seed, pv, mpv, gbest, out, c, k, vocab)
     consts = {"KP": kp, **filters, "ROWK": rowk, "XBITS": over["BITS"]}
     fused._final(fused.t.topk_final, m, mb, tail, consts, plan.final)
     return out
@@ -113,14 +113,14 @@ def sample_topp(
     t: torch.Tensor,
     seed: torch.Tensor,
     p: torch.Tensor,
-    log_min_p: torch.Tensor | None,
+    min_p: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-p (``p`` float64 or float32 ``[M]``), after min-p if ``log_min_p`` (fp32 ``[M]``):
+    """Top-p (``p`` float64 or float32 ``[M]``), after min-p if ``min_p`` (fp32 ``[M]``):
     ``(tokens, need)``, tokens -1 where neither round could decide the nucleus and
     then ``need`` (bool ``[1]``) True (:mod:`.nucleus`, :mod:`.spill`). The rows
     round 1 left to round 2 are those whose ``fused.spilled`` is not DONE. Both rounds
     always run; :func:`topp_rounds` lets the caller skip round 2."""
-    out, flags, second = topp_rounds(fused, shard, t, seed, p, log_min_p)
+    out, flags, second = topp_rounds(fused, shard, t, seed, p, min_p)
     second()
     return out, flags[:1]
 
@@ -131,7 +131,7 @@ def topp_rounds(
     t: torch.Tensor,
     seed: torch.Tensor,
     p: torch.Tensor,
-    log_min_p: torch.Tensor | None,
+    min_p: torch.Tensor | None,
     k: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
     """:func:`sample_topp`'s round 1, launched: ``(tokens, flags, second)``. ``flags``
@@ -143,7 +143,7 @@ def topp_rounds(
     the rows where it is on (:mod:`.rowk`; such rows never go to round 2)."""
     m, slots = shard.shape[0], fused.nucleus_slots
     gbest = fused.greedy(shard, key=True)
-    mp = p if log_min_p is None else log_min_p
+    mp = p if min_p is None else min_p
     # flags and lam are set by nucleus_local (False, DONE), not by fill kernels. lam starts
     # DONE there: a harness that runs writers before the waiting kernels before them
     # (tests.emulated's warm) then has every rank skip every row alike in round 2.
@@ -151,7 +151,7 @@ def topp_rounds(
     lam = fused._new(shard, torch.int32)
     kv, vocab = (t, 0) if k is None else (k, fused.columns * fused.world)
     head = (t, seed, p, mp, gbest, lam, flags, kv)
-    consts = {"SLOTS": slots, "MINP": log_min_p is not None, "ROWK": k is not None}
+    consts = {"SLOTS": slots, "MINP": min_p is not None, "ROWK": k is not None}
     mb = fused._local(fused.n.nucleus_local, shard, head, "nucleus", 0, (vocab,), consts)
     out = fused._new(shard)
     thr = fused._new(shard)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from . import ll
 from .keys import (
@@ -210,19 +211,19 @@ def probe_write(
 
 @triton.jit(do_not_specialize=["own", "col0"])
 def minp_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride, relems,
+    x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride, relems,
     own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """min-p after :func:`.finals.greedy_final`: [global greedy key, best score key among
     ``(s - s_max) >= log(min_p)``] with ``s_max = x_max * (1 / T)``; the sample format."""
     minp_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
-               seed_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride, relems, own, N, col0,
+               seed_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride, relems, own, N, col0,
                BLOCK, WORLD, THREADS)  # fmt: skip
 
 
 @triton.jit
 def minp_write(
-    row, split, x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers, epoch, pstride,
+    row, split, x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride,
     relems, own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     F: tl.constexpr = 2,
 ):  # fmt: skip
@@ -233,7 +234,7 @@ def minp_write(
     r = inv_t(tl.load(t_ptr + row))
     smax = scale(value(gbest), r)
     s, g = scores(x, r, row_key(tl.load(seed_ptr + row)), gidx)
-    keep = mask & ((s - smax) >= tl.load(logmp_ptr + row))
+    keep = mask & ((s - smax) >= libdevice.log(tl.load(mp_ptr + row)))
     best = argmax_key(g, gidx, keep)  # a NaN s is never kept
     ep, off = _target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + split * F, gbest, best, ep, 2, WORLD, THREADS)

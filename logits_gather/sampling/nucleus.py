@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from . import ll
 from .finals import _row, _use_greedy
@@ -77,7 +78,7 @@ def _fits(level, keep, SLOTS: tl.constexpr):
 
 @triton.jit(do_not_specialize=["own", "V", "col0"])
 def nucleus_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr, need_ptr, k_ptr,
+    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr, need_ptr, k_ptr,
     peers, epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
@@ -87,18 +88,18 @@ def nucleus_local(
     ``k_ptr`` is a per-row ``top_k`` (int64 ``[M]``), and a row with it on (``0 < k <
     V``) sends candidates even where its ``top_p`` is off (:func:`.rowk.nucleus_k_row`)."""
     if full(N, BLOCK):
-        _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr,
+        _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr,
                        need_ptr, k_ptr, peers, epoch, pstride, relems, own, V, N, col0, BLOCK,
                        SLOTS, MINP, ROWK, WORLD, THREADS, True)  # fmt: skip
     else:
-        _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr,
+        _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr,
                        need_ptr, k_ptr, peers, epoch, pstride, relems, own, V, N, col0, BLOCK,
                        SLOTS, MINP, ROWK, WORLD, THREADS, False)  # fmt: skip
 
 
 @triton.jit
 def _nucleus_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, logmp_ptr, gbest_ptr, lam_ptr, need_ptr, k_ptr,
+    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr, need_ptr, k_ptr,
     peers, epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     FULL: tl.constexpr,
@@ -115,7 +116,7 @@ def _nucleus_local(
     s = scale(x, r)
     keep = mask
     if MINP:
-        keep = keep & ((s - smax) >= tl.load(logmp_ptr + row))
+        keep = keep & ((s - smax) >= libdevice.log(tl.load(mp_ptr + row)))
     q = tl.where(keep, _mass(s, smax), 0)
     z = tl.sum(q, 0)
     best = tl.full((), KEY_MIN, tl.int64)

@@ -41,15 +41,15 @@ def sample(sampler: Any, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tens
     dev = sampler.device
     if fused is not None and isinstance(k, int) and sampler._fused_topk and k <= MAX_CANDIDATES:
         # top-k, then min-p and/or top-p over the exact top-k set
-        _, _, pv, lmp = topp.filter_rows(sampler, p, mp, m)
-        return fused.sample_topk(shard, t.view(m), seeds, k, pv, lmp)
+        _, _, pv, mpv = topp.filter_rows(sampler, p, mp, m)
+        return fused.sample_topk(shard, t.view(m), seeds, k, pv, mpv)
     if fused is not None and isinstance(k, torch.Tensor) and sampler._fused_rows:
         return topp.sample_rows_k(sampler, shard, t, seeds, k, p, mp)
     if fused is not None and k is None and p is not None:  # top-p (+ min-p)
         return topp.sample(sampler, shard, t, seeds, p, mp)
     if fused is not None and p is None and k is None:  # min-p alone: fused
-        lmp = topp.filled(sampler, mp, m, torch.float32, log=True).view(m)
-        return fused.sample_minp(shard, t.view(m), seeds, lmp)
+        mpv = topp.filled(sampler, mp, m, torch.float32).view(m)
+        return fused.sample_minp(shard, t.view(m), seeds, mpv)
     mp = topp.rows(mp, m, torch.float32, dev)
     k = topp.rows(k, m, torch.int64, dev)
     p = topp.rows(p, m, torch.float64, dev)

@@ -57,7 +57,7 @@ from .topk import topk_local
 
 @triton.jit(do_not_specialize=["own", "V", "col0"])
 def rowk_local(
-    x_ptr, x_stride, t_ptr, low_ptr, flags, k_ptr, seed_ptr, logmp_ptr, gbest_ptr, need_ptr,
+    x_ptr, x_stride, t_ptr, low_ptr, flags, k_ptr, seed_ptr, mp_ptr, gbest_ptr, need_ptr,
     peers, epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, KP: tl.constexpr,
     KMAX: tl.constexpr, MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
@@ -74,7 +74,7 @@ def rowk_local(
         tl.store(flags + row * tl.num_programs(1) + split, -ep)  # nothing to overflow
         F: tl.constexpr = 2 + KP
         if MINP:
-            minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers,
+            minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers,
                        epoch, pstride, relems, own, N, col0, BLOCK, WORLD, THREADS, F)  # fmt: skip
         else:
             sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride,

@@ -54,7 +54,7 @@ def probe_one(
 
 @triton.jit(do_not_specialize=["k", "own", "col0", "V"])
 def topk_one(
-    x_ptr, x_stride, t_ptr, seed_ptr, flags, p_ptr, logmp_ptr, gbest_ptr, out_ptr, k, peers,
+    x_ptr, x_stride, t_ptr, seed_ptr, flags, p_ptr, mp_ptr, gbest_ptr, out_ptr, k, peers,
     box, epoch, arrivals, pstride, relems, own, N, col0, status, timeout_us, S, C, V,
     BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
     SP: tl.constexpr, TOPP: tl.constexpr, MINP: tl.constexpr, PLAIN: tl.constexpr,
@@ -68,20 +68,20 @@ def topk_one(
                    THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
         topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
-                 logmp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, BITS,
+                 mp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, BITS,
                  THREADS, TRAP, PLAIN)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
 def minp_one(
-    x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, out_ptr, peers, box, epoch,
+    x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, out_ptr, peers, box, epoch,
     arrivals, pstride, relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr,
     WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
     TICKET: tl.constexpr,
 ):  # fmt: skip
     """:func:`.kernels.minp_local` then :func:`.finals.sample_final` in one launch."""
     row, split = place(arrivals, TICKET)
-    minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, logmp_ptr, gbest_ptr, peers, epoch,
+    minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch,
                pstride, relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
         sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from . import ll
 from .finals import _row, _use_greedy, row_k, sample_row
@@ -110,26 +111,26 @@ def _topk_local(
 
 @triton.jit(do_not_specialize=["M", "k", "V"])
 def topk_final(
-    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, logmp_ptr,
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, mp_ptr,
     gbest_ptr, out_ptr, C, k, V, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr, PLAIN: tl.constexpr,
 ):  # fmt: skip
     """The token of every row: top-k (``k``; with ``ROWK`` an int64 ``[M]`` tensor), then
-    min-p (``MINP``: ``logmp_ptr`` fp32) and top-p (``TOPP``: ``p_ptr`` float64 or float32, rows
+    min-p (``MINP``: ``mp_ptr`` fp32) and top-p (``TOPP``: ``p_ptr`` float64 or float32, rows
     with ``p >= 1`` off). ``PLAIN`` (with ``ROWK``): rows whose ``k`` is 0 or ``>= V`` are
     in the sample format (:mod:`.rowk`)."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
-                 logmp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, XBITS,
+                 mp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, XBITS,
                  THREADS, TRAP, PLAIN)  # fmt: skip
         row += tl.num_programs(0)
 
 
 @triton.jit
 def topk_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, logmp_ptr,
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, mp_ptr,
     gbest_ptr, out_ptr, C, k, V, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr, PLAIN: tl.constexpr,
@@ -143,17 +144,17 @@ def topk_row(
                        out_ptr, C, CAND, THREADS, TRAP, F)  # fmt: skip
         else:
             _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                      p_ptr, logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK,
+                      p_ptr, mp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK,
                       XBITS, THREADS, TRAP)  # fmt: skip
     else:
         _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
-                  logmp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, XBITS,
+                  mp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, XBITS,
                   THREADS, TRAP)  # fmt: skip
 
 
 @triton.jit
 def _topk_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, logmp_ptr,
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, mp_ptr,
     gbest_ptr, out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr,
@@ -185,7 +186,7 @@ def _topk_row(
         smax = scale(value(gbest), inv_t(t))
         vcut = ordered_value(cut.to(tl.int32))
         if MINP:
-            lmp = tl.load(logmp_ptr + row)
+            lmp = libdevice.log(tl.load(mp_ptr + row))
             kept = kept & ((s - smax) >= lmp)
             left = left & ((ordered_value(fh.to(tl.int32)) - smax) >= lmp)
         if TOPP:

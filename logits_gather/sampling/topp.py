@@ -71,44 +71,39 @@ FILLED_MOST = 32
 """Scalar filter values a sampler keeps filled rows of (:func:`filled`)."""
 
 
-def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype, log: bool = False) -> Any:
-    """:func:`rows` for the fused kernels: None, an ``[M, 1]`` tensor as is (with ``log``,
-    its ``torch.log``), or a scalar as ``[M, 1]`` rows of it (or of ``torch.log`` of it,
-    computed on the device alike). Eager calls take scalars' rows from a per-sampler
-    cache (a view: the kernels only read them), so that a scalar ``top_p`` or ``min_p``
-    costs no fill kernel per call. Captured calls fill their own, as graphs must not read
-    a cached tensor that a later call may drop."""
-    if value is None:
-        return None
-    if isinstance(value, torch.Tensor):
-        return torch.log(value) if log else value
+def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype) -> Any:
+    """:func:`rows` for the fused kernels: None, an ``[M, 1]`` tensor as is, or a scalar
+    as ``[M, 1]`` rows of it. Eager calls take scalars' rows from a per-sampler cache (a
+    view: the kernels only read them), so that a scalar ``top_p`` or ``min_p`` costs no
+    fill kernel per call. Captured calls fill their own, as graphs must not read a cached
+    tensor that a later call may drop."""
+    if value is None or isinstance(value, torch.Tensor):
+        return value
     dev = sampler.device
     if exchange._capturing(dev):
-        out = rows(value, m, dtype, dev)
-        return torch.log(out) if log else out
-    key = (value, dtype, log)
+        return rows(value, m, dtype, dev)
+    key = (value, dtype)
     out = sampler._filled.get(key)
     if out is None or out.shape[0] < m:
         if len(sampler._filled) >= FILLED_MOST:
             sampler._filled.clear()
-        out = rows(value, max(m, sampler.capacity), dtype, dev)
-        sampler._filled[key] = out = torch.log(out) if log else out
+        sampler._filled[key] = out = rows(value, max(m, sampler.capacity), dtype, dev)
     return out[:m]
 
 
 def filter_rows(sampler: Any, p: Any, mp: Any, m: int) -> tuple[Any, Any, Any, Any]:
-    """``(p, mp, pv, logmp)`` for the fused kernels (:func:`filled`): ``p`` float64 (a
-    tensor may be float32) and ``mp`` fp32 ``[M, 1]`` (the fallback's), ``pv`` and
-    ``logmp`` (``log(mp)``) as ``[M]``; each None where its filter is."""
+    """``(p, mp, pv, mpv)`` for the fused kernels (:func:`filled`): ``p`` float64 (a
+    tensor may be float32) and ``mp`` fp32 ``[M, 1]`` (the fallback's), ``pv`` and ``mpv``
+    the same as ``[M]`` (the kernels take min-p's log themselves, with libdevice's
+    ``log``: ``torch.log``'s bits, scripts/min-p-log-check.py); each None where its
+    filter is."""
     p = filled(sampler, p, m, torch.float64)
-    rows_mp = filled(sampler, mp, m, torch.float32)
-    if mp is None:
-        logmp = None
-    elif isinstance(mp, torch.Tensor) or exchange._capturing(sampler.device):
-        logmp = torch.log(rows_mp).view(m)  # under capture: no second fill
-    else:
-        logmp = filled(sampler, mp, m, torch.float32, log=True).view(m)
-    return p, rows_mp, None if p is None else p.view(m), logmp
+    mp = filled(sampler, mp, m, torch.float32)
+    return p, mp, _flat(p, m), _flat(mp, m)
+
+
+def _flat(rows_: Any, m: int) -> Any:
+    return None if rows_ is None else rows_.view(m)
 
 
 def sample(
@@ -122,8 +117,8 @@ def sample(
     """``t`` fp32 ``[M, 1]``; ``p`` a float < 1 or float64 / float32 ``[M, 1]``; ``mp`` None, a
     float > 0 or fp32 ``[M, 1]``."""
     m = shard.shape[0]
-    p, mp, pv, logmp = filter_rows(sampler, p, mp, m)
-    out, flags, second = sampler._fused.topp_rounds(shard, t.view(m), seeds, pv, logmp)
+    p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
+    out, flags, second = sampler._fused.topp_rounds(shard, t.view(m), seeds, pv, mpv)
     return _finish(sampler, "top_p", (shard, t, seeds, None, p, mp), out, flags, second)
 
 
@@ -144,14 +139,14 @@ def sample_rows_k(
     serve every row whose candidates decide it (the flag as top-p's, round 2 for rows
     with ``k`` off)."""
     m, fused = shard.shape[0], sampler._fused
-    p, mp, pv, logmp = filter_rows(sampler, p, mp, m)
+    p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
     kv = k.view(m)  # contiguous: checks.top_k
     call = (shard, t, seeds, k, p, mp)
     if pv is None:
         need = torch.empty(1, dtype=torch.bool, device=sampler.device)  # set by rowk_local
-        out = fused.sample_topk(shard, t.view(m), seeds, kv, None, logmp, need)
+        out = fused.sample_topk(shard, t.view(m), seeds, kv, None, mpv, need)
         return _finish(sampler, "top_k rows", call, out, need)
-    out, flags, second = fused.topp_rounds(shard, t.view(m), seeds, pv, logmp, kv)
+    out, flags, second = fused.topp_rounds(shard, t.view(m), seeds, pv, mpv, kv)
     return _finish(sampler, "top_k rows, top_p", call, out, flags, second)
 
 
