@@ -122,6 +122,7 @@ def _filters(rng: random.Random, m: int, dev: torch.device) -> list[dict]:
         dict(top_k=col([0, 3, 50, V]), min_p=col([0.0, 0.05, 0.3])),
         dict(min_p=col([0.0, 0.01, 0.2, 1.0])),
         dict(min_p=col([0.0, 1e-40, 1e-30, 0.3])),  # subnormal: libdevice log, as torch.log
+        dict(top_k=300, top_p=0.9, min_p=0.05),  # an int k > 64: as rows of k (route.py)
         dict(top_k=col([0, 7, 300]), min_p=col([1e-42, 0.05])),
     ]
 

@@ -408,3 +408,43 @@ def test_per_row_top_k_runs_one_fused_path(monkeypatch: pytest.MonkeyPatch) -> N
         topp.sample_rows_k(s, shard, t, seeds, k, 0.9, mp)
         assert calls == [("topp", mp is not None)], calls
     assert kinds[-1] == ("top_k rows, top_p", True) and kinds[0] == ("top_k rows", False)
+
+
+def test_int_top_k_above_64_takes_the_per_row_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An int ``top_k`` in 65..V-1 runs top-p's rounds as rows of ``k`` (``top_p`` 1.0
+    where none is given), not the torch-ops filter path; ``k <= 64`` stays on the fused
+    top-k; either switch off sends ``k > 64`` to the filter path."""
+    from types import SimpleNamespace
+
+    from logits_gather.sampling import filters, route, topp
+
+    m, calls = 4, []
+
+    class _Fused:
+        def sample_topk(self, shard, t, seed, k, p, mp, need=None):
+            calls.append(("topk", k))
+            return torch.zeros(m, dtype=torch.int64)
+
+        def topp_rounds(self, shard, t, seed, p, mp, k=None):
+            calls.append(("topp", k.tolist(), p.tolist(), mp is not None))
+            return torch.zeros(m, dtype=torch.int64), torch.zeros(2, dtype=torch.bool), id
+
+    monkeypatch.setattr(topp, "_finish", lambda sampler, kind, call, out, *rest: out)
+    monkeypatch.setattr(filters, "sample", lambda *a: calls.append("filters"))
+    s = SimpleNamespace(device=torch.device("cpu"), capacity=8, _filled={}, _fused=_Fused(),
+                        vocab=100, _fused_topk=True, _fused_rows=True)  # fmt: skip
+    shard, t, seeds = torch.zeros(m, 50), torch.ones(m, 1), torch.zeros(m, dtype=torch.int64)
+    route.sample(s, shard, t, seeds, 70, None, None)
+    route.sample(s, shard, t, seeds, 99, 0.9, 0.05)
+    route.sample(s, shard, t, seeds, 64, None, None)
+    assert calls == [("topp", [70] * m, [1.0] * m, False), ("topp", [99] * m, [0.9] * m, True),
+                     ("topk", 64)]  # fmt: skip
+    for switch in ("_fused_topk", "_fused_rows"):
+        calls.clear()
+        route.sample(s, shard, t, seeds, 70, None, None)
+        assert calls == [("topp", [70] * m, [1.0] * m, False)]
+        setattr(s, switch, False)
+        calls.clear()
+        route.sample(s, shard, t, seeds, 70, None, None)
+        assert calls == ["filters"], (switch, calls)
+        setattr(s, switch, True)

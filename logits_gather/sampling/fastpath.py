@@ -28,9 +28,9 @@ FUSED_ENV = "LOGITS_GATHER_SAMPLING_FUSED"
 """``1``: the fused path at any tp; ``0``: never; unset: up to :data:`MAX_WORLD` ranks."""
 TOPK_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK"
 """``0``: an int ``top_k`` takes the exact filter path; ``1`` or unset: ``top_k <= 64`` on
-the fused path. (It was opt-in while a wrong top_k token on one rank was unexplained;
-the cause, candidates replicated across threads in the final kernel, is fixed: README,
-GPU tests.)"""
+the fused path, and larger ones as per-row ones where :data:`ROWS_ENV` allows. (It was
+opt-in while a wrong top_k token on one rank was unexplained; the cause, candidates
+replicated across threads in the final kernel, is fixed: README, GPU tests.)"""
 ROWS_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK_ROWS"
 """``0``: a per-row ``top_k`` tensor takes the exact filter path; ``1`` or unset: the
 fused path too (:func:`.topp.sample_rows_k`). (It was opt-in until the sampler-level

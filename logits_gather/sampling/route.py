@@ -4,9 +4,11 @@ torch-ops path, or one of the fused kernels' sequences (:mod:`.fused`, :mod:`.to
 Filters that are off (``top_k`` 0 or >= V, ``top_p >= 1``, ``min_p <= 0`` as scalars)
 are dropped first; then, on the fused path: no filter, :meth:`.fused.Fused.sample`;
 an int ``top_k <= 64`` (with or without ``top_p``, ``min_p``), the fused top-k; a
-per-row ``top_k`` tensor, :func:`.topp.sample_rows_k`; ``top_p`` (with or without
-``min_p``), :func:`.topp.sample`; ``min_p`` alone, the fused min-p. Everything else
-runs :func:`.filters.sample`.
+per-row ``top_k`` tensor, or a larger int one as rows of it, :func:`.topp.sample_rows_k`;
+``top_p`` (with or without ``min_p``), :func:`.topp.sample`; ``min_p`` alone, the fused
+min-p. Everything else runs :func:`.filters.sample`: so do int ``top_k`` where
+:mod:`.fastpath`'s switch turns the fused top-k off, per-row ones where its other
+switch does, and ints above 64 where either does.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def sample(sampler: Any, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tens
         return fused.sample_topk(shard, t.view(m), seeds, k, pv, mpv)
     if fused is not None and isinstance(k, torch.Tensor) and sampler._fused_rows:
         return topp.sample_rows_k(sampler, shard, t, seeds, k, p, mp)
+    if fused is not None and isinstance(k, int) and sampler._fused_topk and sampler._fused_rows:
+        # 64 < k < V, as rows of k in top-p's launches (top_p 1.0 where none: rows with
+        # k on are decided from their candidates whatever their p), or the fallback
+        k = topp.filled(sampler, k, m, torch.int64)
+        return topp.sample_rows_k(sampler, shard, t, seeds, k, 1.0 if p is None else p, mp)
     if fused is not None and k is None and p is not None:  # top-p (+ min-p)
         return topp.sample(sampler, shard, t, seeds, p, mp)
     if fused is not None and p is None and k is None:  # min-p alone: fused
