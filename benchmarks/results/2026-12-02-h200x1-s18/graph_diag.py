@@ -1,22 +1,14 @@
 """Which top-p captures fail with CUresult 401 (world size 1, one GPU)? (Run as
-``.s18/graph_diag.py``; reformatted for ruff here, the same statements. Run 3 ran it with
+``.s18/graph_diag.py``; reformatted for ruff here, the same statements; its setup
+is ``timing.start`` since session 19. Run 3 ran it with
 ``calls`` in (1, 2, 3), run 4 with 20 added.)"""
 
-import os
 import traceback
 
 import torch
-import torch.distributed as dist
+from timing import start
 
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-os.environ.setdefault("MASTER_PORT", "29558")
-dist.init_process_group("gloo", rank=0, world_size=1)
-dev = torch.device("cuda", 0)
-torch.cuda.set_device(dev)
-from logits_gather.sampling.sampler import VocabParallelSampler  # noqa: E402
-
-n = 75776
-s = VocabParallelSampler(n, 256, device=dev, check_values=False)
+_, dev, n, s = start("29558")
 m = 16
 x = (torch.randn(m, n, device=dev) * 3).to(torch.bfloat16)
 t = torch.full((m,), 0.8, device=dev)

@@ -1,5 +1,5 @@
-"""Timing helpers of the session 18 and 19 scripts (``rowkp_time.py``, session 19's
-``ops_time.py``), which each held them inline when they ran: eager µs per call
+"""Helpers of the session 18 and 19 scripts (``rowkp_time.py``, ``graph_diag.py``,
+session 19's ``ops_time.py``), which each held them inline when they ran: eager µs per call
 (synchronised, median of 40) and graph replay µs per call (20 calls per graph, median of
 10 replays); the world-size-1 setup they shared."""
 
@@ -14,7 +14,8 @@ import torch.distributed as dist
 
 def start(port):
     """``(label, device, columns, sampler)``: world size 1 on cuda:0 (gloo), the label from
-    argv, a sampler of 75776 columns from the ``logits_gather`` on PYTHONPATH."""
+    argv (printed with the library's path; None without one), a sampler of 75776 columns
+    from the ``logits_gather`` on PYTHONPATH."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", port)
     dist.init_process_group("gloo", rank=0, world_size=1)
@@ -23,8 +24,9 @@ def start(port):
     import logits_gather
     from logits_gather.sampling.sampler import VocabParallelSampler
 
-    label = sys.argv[1]
-    print(label, "library at", os.path.dirname(logits_gather.__file__))
+    label = sys.argv[1] if len(sys.argv) > 1 else None
+    if label is not None:
+        print(label, "library at", os.path.dirname(logits_gather.__file__))
     n = 75776
     return label, dev, n, VocabParallelSampler(n, 256, device=dev, check_values=False)
 
