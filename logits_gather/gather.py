@@ -39,9 +39,9 @@ class LogitsGather:
     checks that every rank passed the same ``columns``, ``capacity``, ``dtype``,
     ``backend``, ``graphs``, ``on_timeout`` and ``check_calls``. Calls are
     collective too: every rank makes the same calls, in the same order, with the
-    same M (see the README's contract). A call returns a view of an internal
+    same M (see docs/gather.md). A call returns a view of an internal
     buffer: the result of call ``k`` stays valid for work enqueued on the calling
-    stream until call ``k + 2`` is issued (graph mode: see the README). Calls
+    stream until call ``k + 2`` is issued (graph mode: docs/gather.md). Calls
     allocate no memory. With one rank the input itself is returned. Results never
     carry autograd history (the gather is not differentiable).
 

@@ -45,7 +45,7 @@ acquire read-modify-write by one thread, broadcast to the CTA). A variant in
 which thread 0 spun on a plain ``ld.acquire.sys`` in inline PTX measured no
 faster (2 H200s, tp=2, M=1 under graph replay: 5.51 against 5.26 µs), nor did
 loading the next tile before storing the current one; both were removed. The
-figures are in ``benchmarks/NOTES.md``.
+figures are in ``docs/design.md``.
 
 Epochs never reset. Every rank launches CTA ``c`` in exactly the same calls, so
 ``CALLS[c]`` agrees on all ranks and ``ARRIVE[c]`` only grows. While a CTA waits

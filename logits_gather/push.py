@@ -9,7 +9,7 @@ The launch plan maps each row count ``m`` to a configuration (tile bytes per
 row, warps per CTA) and a grid. It is a pure function of arguments that every
 rank shares (columns, dtype, capacity, CTA budget), so all ranks launch the same
 grid for the same ``m``, which the barrier needs (see ``kernel.py``). How the
-configurations were chosen is recorded in ``benchmarks/NOTES.md``.
+configurations were chosen is recorded in ``docs/design.md``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Config:
 
 def default_configs(world_size: int) -> tuple[Config, ...]:
     """One configuration for every M: tiles of ``max(4096, 16384 // world_size)`` bytes,
-    4 warps. Measured on 2 H200s (benchmarks/NOTES.md): at tp=2 8192-byte tiles were the
+    4 warps. Measured on 2 H200s (docs/design.md): at tp=2 8192-byte tiles were the
     fastest or tied at every M from 1 to 256; with 4 and 8 ranks (spread over the 2 GPUs)
     4096-byte tiles beat 8192 (M=1 under graph replay 6.04 vs 7.00 and 8.84 vs 10.40 us)
     and 2048 (7.04, 9.19). The grid is one CTA per tile, at most one per SM."""

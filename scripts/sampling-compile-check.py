@@ -47,7 +47,7 @@ KNOWN_SPILLS = ("topk_final CAND=64", "topk_one")
 """Variants whose spills do not fail the check: top-k's final row work over tp=2's 64
 candidate lanes of 64 slots at 8 warps hits 255 registers and spills (32 to 112 bytes
 with triton 3.6, alone or after the overflow writer in one launch). Found in session 15;
-its device time was measured with the spill (benchmarks/NOTES.md)."""
+its device time was measured with the spill (docs/design.md)."""
 
 
 def _sig(fn, x: str, const: dict) -> dict:

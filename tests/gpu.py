@@ -54,17 +54,18 @@ def placements(worlds: tuple[int, ...] = (2, 4, 8)) -> list:
                 marks=pytest.mark.skipif(gpus < w, reason=f"needs {w} GPUs, found {gpus}"),
             )
         )
-        cases.append(
-            pytest.param(
-                w,
-                "spread",
-                id=f"tp{w}-spread",
-                marks=pytest.mark.skipif(
-                    not 2 <= gpus < w,
-                    reason=f"spread needs 2 <= GPUs < {w} ranks, found {gpus} GPUs",
-                ),
+        if w > 2:  # two ranks cannot spread over fewer GPUs than ranks but at least two
+            cases.append(
+                pytest.param(
+                    w,
+                    "spread",
+                    id=f"tp{w}-spread",
+                    marks=pytest.mark.skipif(
+                        not 2 <= gpus < w,
+                        reason=f"needs 2 to {w - 1} GPUs, found {gpus}",
+                    ),
+                )
             )
-        )
     return cases
 
 

@@ -156,7 +156,7 @@ def test_targets_met_missed_and_not_measured() -> None:
     }
     lim = limit.derive(rows, _found(floor=4.6, gbps=1000.0), _plan(["--tp", "2"], 2), parse([]))
     res = {"rows": rows, "limit": lim}
-    got = {c["target"]: c["status"] for c in targets.issue10(res)}
+    got = {c["target"]: c["status"] for c in targets.device(res)}
     assert got["ours/stock at M=1 <= 0.60 (device time)"] == "met"  # 0.50
     assert got["ours/stock at M=64 <= 0.38 (device time)"] == "met"  # 0.30
     assert got["ours/stock at M=1 under graph replay <= 0.55"] == "MISSED"  # 0.83
@@ -164,7 +164,7 @@ def test_targets_met_missed_and_not_measured() -> None:
     assert set(got.values()) <= {"met", "MISSED"}
     del rows[1]["device_us"]["stock"]
     res["limit"] = {"status": "n/a", "reason": "CPU run"}
-    got = {c["target"]: c for c in targets.issue10(res)}
+    got = {c["target"]: c for c in targets.device(res)}
     assert got["ours/stock at M=64 <= 0.38 (device time)"]["status"] == "not measured"
     assert "CPU run" in got[">= 90% of the limit at every M"]["why"]
 
@@ -324,6 +324,6 @@ def test_gpu_report_from_synthetic_results(tmp_path: Path, capsys) -> None:
     assert "faster than nccl_symm at every M: met" in text
     assert "ours 12.00 µs per eager call <= 5 µs: MISSED" in text
     doc = json.loads((tmp_path / "bench_tp2_2gpu_bf16_V151552.json").read_text())
-    checks = doc["results"][0]["targets"]["issue10"]
+    checks = doc["results"][0]["targets"]["device"]
     assert len(checks) == 6 and all(c["status"] in ("met", "MISSED") for c in checks)
     assert (tmp_path / "bench_tp2_2gpu_bf16_V151552.txt").read_text().count("targets") >= 2

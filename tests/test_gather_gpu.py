@@ -1,8 +1,8 @@
 """The symmetric-memory kernel on real GPUs: exactness under skew, lifetime,
 guards and epoch wrap-around (timeouts: test_timeout_gpu.py).
 
-Run on one GPU (ranks share it) or several: ``python -m pytest -m gpu`` (see
-README). Every rank runs the same sequence of calls, draws its data from a
+Run on one GPU (ranks share it) or several: ``bash scripts/gpu-tests.sh`` (see
+docs/gpu-testing.md). Every rank runs the same sequence of calls, draws its data from a
 shared per-call seed, and checks every call bit for bit.
 """
 

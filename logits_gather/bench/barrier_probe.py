@@ -10,7 +10,7 @@ Protocol (one CTA per rank, one warp):
 2. Signal every rank at once, itself included: ONE vector
    ``atomic_add(flag_ptrs[lane], 1, mask=lane < world, sem=release, scope=sys)``
    whose lanes are the ranks' flag addresses. Scalar atomics issued one after
-   another would each wait out an NVLink round trip (issue 10).
+   another would each wait out an NVLink round trip.
 3. Spin with an acquire read (``atomic_add(own_flag, 0)``) until the own flag
    reaches ``world * (epoch + 1)``. Flags only grow, so a rank already in the next
    epoch cannot confuse a slow one; no rank can run two epochs ahead.

@@ -94,7 +94,7 @@ def derive(rows: list[dict], found: dict[str, Any], plan: Any, cfg: Any) -> dict
         dev = row["device_us"]
         ours, stock = dev.get("ours", {}).get("median"), dev.get("stock", {}).get("median")
         row["ours_gbps"] = row["egress_bytes"] / ours / 1e3 if ours else None
-        row["speedup_vs_stock"] = stock / ours if ours and stock else None
+        row["ours_over_stock"] = ours / stock if ours and stock else None
         row["limit_us"] = row["pct_of_limit"] = row["pct_of_limit_raw"] = None
         row["pct_clipped"] = False
         if reason is None:

@@ -1,4 +1,6 @@
-"""The PNG: latency against M, one line per method, log-log, one panel per vocab size."""
+"""The PNG: latency against M, one line per method, log-log, one panel per vocab size.
+
+Eager points carry min-max whiskers over the timed passes; lower is better."""
 
 from __future__ import annotations
 
@@ -11,6 +13,17 @@ STYLE = {
     "ours": ("tab:blue", "-"),
     "ours_checked": ("tab:cyan", "-"),
 }
+
+
+def _whiskers(medians: list[float], passes: list[list[float] | None]) -> list[list[float]]:
+    """Min-max whiskers over the timed passes (each pass is a median over ranks' bursts),
+    widened to include the plotted median; zero where a point has no passes."""
+    lo, hi = [], []
+    for med, ps in zip(medians, passes, strict=True):
+        ps = [p for p in (ps or []) if p is not None] or [med]
+        lo.append(max(0.0, med - min(min(ps), med)))
+        hi.append(max(0.0, max(max(ps), med) - med))
+    return [lo, hi]
 
 
 def plot(doc: dict[str, Any], path: str) -> str:
@@ -28,14 +41,19 @@ def plot(doc: dict[str, Any], path: str) -> str:
         rows = res["rows"]
         ms = [r["m"] for r in rows]
         for name, (color, ls) in STYLE.items():
-            pts = [(r["m"], r["device_us"][name]["median"]) for r in rows if name in r["device_us"]]
-            if pts:
-                ax.plot(
-                    *zip(*pts, strict=True),
-                    ls,
+            eager = [(r["m"], r["device_us"][name]) for r in rows if name in r["device_us"]]
+            if eager:
+                xs = [m for m, _ in eager]
+                ys = [t["median"] for _, t in eager]
+                ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=_whiskers(ys, [t.get("passes") for _, t in eager]),
+                    fmt="o" + ls,
                     color=color,
-                    marker="o",
                     ms=3,
+                    capsize=2,
+                    elinewidth=0.8,
                     label=f"{name} (eager)",
                 )
             graph = [
@@ -59,7 +77,8 @@ def plot(doc: dict[str, Any], path: str) -> str:
         ax.set_xticks(ms, [str(m) for m in ms])
         ax.set_yscale("log")
         ax.set_xlabel("M (rows)")
-        ax.set_ylabel("µs per call" + (" (device)" if doc["timer"] == "cuda_events" else ""))
+        unit = "µs per call" + (" (device)" if doc["timer"] == "cuda_events" else "")
+        ax.set_ylabel(unit + ", lower is better")
         ax.set_title(f"V={res['vocab']} {res['dtype']}, tp={info['tp']}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)

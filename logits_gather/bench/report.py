@@ -141,17 +141,17 @@ def _pct(row: dict[str, Any]) -> str:
 
 def device_table(res: dict[str, Any], cuda: bool = True, mode: str = "nccl") -> list[str]:
     timed = [n for n in TIMED if n in res["methods"]]
-    head = ["M", *timed, "limit", "ours GB/s", "vs stock", "% of limit"]
+    head = ["M", *timed, "limit", "ours GB/s", "ours/stock", "% of limit"]
     rows = []
     for row in res["rows"]:
-        sp = row["speedup_vs_stock"]
+        sp = row["ours_over_stock"]
         rows.append(
             [
                 str(row["m"]),
                 *(_cell(row["device_us"].get(n), res["methods"].get(n)) for n in timed),
                 _num(row["limit_us"]),
                 _num(row["ours_gbps"]),
-                f"{sp:.2f}x" if sp else "n/a",
+                f"{sp:.2f}" if sp else "n/a",
                 _pct(row),
             ]
         )
@@ -240,7 +240,7 @@ def finish(info: dict[str, Any], ctx: Any, results: list[dict[str, Any]]) -> Non
     notes = mode_lines(info)
     text: list[str] = []
     for res in results:
-        res["targets"] = {"host": targets.host(res), "issue10": targets.issue10(res)}
+        res["targets"] = {"host": targets.host(res), "device": targets.device(res)}
         lines = [*_method_lines(res), "", *device_table(res, ctx.cuda, info["mode"])]
         if ctx.cuda and (ctx.cfg.host or ctx.cfg.graphs):
             lines += ["", *host_table(res)]

@@ -1,4 +1,4 @@
-"""``python -m logits_gather.bench.spread OUTDIR``: issue 10's spread target across runs.
+"""``python -m logits_gather.bench.spread OUTDIR``: the spread target across runs.
 
 Target: 8 ranks spread over 2 GPUs, graph replay at M=1, at most 1.6x the tp=2
 figure (one process per GPU) measured alongside it. The two figures come from two

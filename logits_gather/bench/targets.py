@@ -1,5 +1,5 @@
 """The targets each run checks against itself (every figure from the same run): the
-host cost of an eager call, and issue 10's device-time targets. Each check is
+host cost of an eager call, and the device-time targets. Each check is
 ``met``, ``MISSED`` or ``not measured`` (with the reason)."""
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def _every(
     return vals, None
 
 
-def issue10(res: dict[str, Any]) -> list[dict[str, Any]]:
-    """The device-time targets of issue 10 (stated for tp=2, one process per GPU)."""
+def device(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The device-time targets (stated for tp=2, one process per GPU)."""
     checks: list[dict[str, Any]] = []
 
     def add(
@@ -153,14 +153,13 @@ def lines(res: dict[str, Any], mode: str) -> list[str]:
             if t[key] is not None:
                 out.append(f"  ({text}: {t[key]:.2f} µs)")
     out.append(
-        "targets (issue 10; stated for tp=2, one process per GPU over NVLink; all "
-        "figures from this run):"
+        "targets (stated for tp=2, one process per GPU over NVLink; all figures from this run):"
     )
     if mode == "cpu":
         return out + ["  not applicable: CPU run"]
     if mode != "nccl":
         out.append("  (this run is LATENCY ONLY: ranks share GPUs; the targets do not apply)")
-    for c in res["targets"]["issue10"]:
+    for c in res["targets"]["device"]:
         detail = c["shown"] or c["why"] or ""
         out.append(f"  {c['target']}: {c['status']}" + (f" ({detail})" if detail else ""))
     return out

@@ -15,9 +15,9 @@ MAX_QUEUED_LAUNCHES = 600  # below CUDA's pending-launch queue, so issuing never
 MAX_PREFILL_US = 200_000.0
 # Every timed burst starts after at least this much spinning: the host pauses between
 # bursts (agreement between ranks), and a burst that starts on an idle GPU can run below
-# full clocks. Run 1 (benchmarks/NOTES.md) read ours at M=1 5.56 us here against 4.71 us
-# in scripts/sweep.py, whose bursts follow a 4 ms spin; the trap path explained part of
-# it (run 2: 5.16 vs 4.68 us). With this spin and the trap fix, run 3 read 4.93 us here
+# full clocks. Measured on 2 H200s: without it, ours at M=1 read 5.56 us here against
+# 4.71 us in scripts/sweep.py, whose bursts follow a 4 ms spin (the trap path's fence
+# explained part of it: 5.16 vs 4.68 us). With this spin and the fence gone, 4.93 us here
 # and 4.83 us in the sweep.
 MIN_PREFILL_US = 3000.0
 

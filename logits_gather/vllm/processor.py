@@ -258,7 +258,7 @@ class GatherLogitsProcessor(LogitsProcessor):
             )
         lg, failure = None, None
         try:
-            with torch.inference_mode(False), torch.no_grad():  # normal tensors: see README
+            with torch.inference_mode(False), torch.no_grad():  # normal tensors: docs/vllm.md
                 lg = LogitsGather(**kwargs)
         except Exception as exc:  # noqa: BLE001 - agreed below, then re-raised or logged
             failure = f"LogitsGather could not be built ({type(exc).__name__}: {exc})"

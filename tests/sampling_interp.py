@@ -1,0 +1,408 @@
+"""Logic check of the fused sampling kernels on the CPU with Triton's interpreter.
+
+``TRITON_INTERPRET=1 PYTHONPATH=. python tests/sampling_interp.py [--single] [--tp8]``
+(pytest: ``tests/test_sampling_interp.py``) runs
+every rank in a thread of one process, with CPU mailboxes whose peer tables hold
+all ranks' addresses; kernels run one at a time, and each final kernel starts
+once every rank's local kernels ran. It compares with :mod:`.reference` on the
+full logits (greedy and sample exactly; logprobs within 2e-5; top-p: every row the
+candidates decide equals the definition, and the flag is set iff a row is undecided;
+top-k with min-p and top-p, exactly).
+CPU ``log``/``exp`` are numpy's, so this checks the logic, not the GPU's bits.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import torch
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1"
+
+import threading  # noqa: E402
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from logits_gather.sampling import (  # noqa: E402
+    finals,
+    fused,
+    geometry,
+    kernels,
+    keys,
+    launcher,
+    logprob_writer,
+    masses,
+    nucleus,
+    reference,
+    rng,
+    single,
+    topk,
+)
+from tests.emulated import Box  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+# The interpreter has no libdevice: tl.math's log, exp, floor and ceil are numpy's there
+# (so this checks the logic, not the GPU's bits).
+_Libdevice = tl.math
+logprob_writer.libdevice = _Libdevice
+keys.libdevice = _Libdevice
+finals.libdevice = _Libdevice
+masses.libdevice = _Libdevice
+kernels.libdevice = nucleus.libdevice = topk.libdevice = _Libdevice  # min-p's log
+_LOCK = threading.Lock()
+_launch = launcher.Launcher.__call__
+
+
+def _locked(self, *args):
+    with _LOCK:
+        _launch(self, *args)
+
+
+launcher.Launcher.__call__ = _locked
+
+
+def run(
+    world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: bool = False,
+    ticket: bool = False,
+) -> int:  # fmt: skip
+    """``single``: one launch per round (:mod:`.single`, :mod:`.single_filters`: greedy,
+    sample, logprobs, min-p, top-k; world 1 only: here a waiting program cannot wait for
+    a kernel that runs after its own); ``ticket``: their programs take work by ticket."""
+    gen = torch.Generator().manual_seed(seed)
+    v = n * world
+    full = torch.randn(m, v, generator=gen) * 3
+    full[0] = torch.randint(-2, 2, (v,), generator=gen).float()  # ties
+    if m > 1:
+        full[1, [n - 1, n % v]] = 40.0
+    if m > 2:
+        full[2, 3] = float("nan")
+    if m > 4:  # few distinct values: top-k cuts inside long runs
+        full[4] = torch.randint(-4, 4, (v,), generator=gen).float() * 3
+    if m > 5:  # one dominant logit and a long equal tail
+        full[5] = -2.0
+        full[5, (7919 * 5) % v] = 6.0
+    for i in range(6, m):  # one large value per 8 columns: on narrow shards fewer
+        full[i] = torch.rand(v, generator=gen) - 5.0  # column groups than k hold one
+        full[i, ::8] += 15.0
+    if m > 7 and n >= 4096:  # one dense split hides round 1's cut: round 2 decides it
+        full[7] = -20.0
+        full[7, :70] = 10.0 - 0.49 * torch.arange(70) / 70
+        for start in range(2048, v, 2048):
+            full[7, start : start + 60] = 9.95
+    full = full.to(dtype)
+    temp = torch.rand(m, generator=gen) * 2
+    temp[0] = 0.7
+    if m > 3:
+        temp[3] = 0.0
+    temp[6:] = 50.0  # nearly uniform over the kept set: a missing element shows
+    if m > 7:
+        temp[7] = 1.0
+    seeds = torch.randint(-(2**62), 2**62, (m,), generator=gen)
+    ids = torch.randint(0, v, (m,), generator=gen)
+    fails = 0
+    ops = [("greedy", None), ("sample", None)] + [("sample_k", k) for k in (1, 3, 20, 64)]
+    ops += [("logprobs", n_) for n_ in (0, 1, 5)] + [("minp", mp) for mp in (0.05, 0.5, 1.0)]
+    mixed = torch.tensor([(0.9, 1.0, 0.3, 0.999)[i % 4] for i in range(m)], dtype=torch.float64)
+    ops += [("topp", (0.9, None)), ("topp", (0.5, 0.1)), ("topp", (mixed, None))]
+    ops += [("topp", (0.95, 0.01)), ("topp", (mixed.float(), None))]  # float32: vLLM's
+    ops += [("topk_f", (20, 0.9, None)), ("topk_f", (3, 0.5, None)), ("topk_f", (64, mixed, None))]
+    ops += [("topk_f", (50, 0.9, 0.05)), ("topk_f", (20, None, 0.1)), ("topk_f", (1, 0.3, None))]
+    rowk = torch.tensor([(1, 5, 64, 20, 3)[i % 5] for i in range(m)], dtype=torch.int64)
+    ops += [("topk_f", (rowk, None, None)), ("topk_f", (rowk, mixed, 0.05))]
+    ops += [("topk_f", (20, mixed.float(), None))]
+    # Per-row k with rows off (0, >= V) in top-k's launches (rowk.py), and rows beyond
+    # the fused path (64 < k < V: junk tokens, need set).
+    off = torch.tensor([(0, 5, v, 64, 1, v + 3, 0, 20)[i % 8] for i in range(m)], dtype=torch.int64)
+    far = off.clone()
+    far[m // 2] = min(65, v - 1)
+    ops += [("rowk", (off, None)), ("rowk", (off, 0.05)), ("rowk", (far, None))]
+    # Per-row k with top-p in top-p's launches (rowk.py): any k, decided from candidates
+    pk = torch.tensor([(5, 0, 64, v, 1, 300, 0, 20, 65)[i % 9] for i in range(m)])
+    ops += [("rowkp", (pk, mixed, None)), ("rowkp", (pk, mixed, 0.05)), ("rowkp", (pk, 0.9, None))]
+    only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
+    ops = [op for op in ops if only is None or op[0] in only]
+    undecided = spilled = rescued = k_rows = k_decided = 0
+    boxes: dict[int, list[Box]] = {}
+
+    def box_for(rank: int):
+        def box(words: int, rows: int) -> Box:
+            with _LOCK:
+                return made_for(words)[rank]
+
+        def made_for(words: int) -> list[Box]:
+            if words not in boxes:
+                made = [Box(words * world, max(8, m), CPU, 1.0) for _ in range(world)]
+                table = torch.tensor([b.data.data_ptr() for b in made], dtype=torch.int64)
+                for b in made:
+                    b.peers = table
+                boxes[words] = made
+            return boxes[words]
+
+        return box
+
+    barrier = threading.Barrier(world)
+    one = m if single else 0
+    fs = [
+        fused.Fused(
+            n, world, r, box_for(r), False, 2, single_rows=one, ticket_rows=0 if ticket else None
+        )
+        for r in range(world)
+    ]
+    for f in fs:
+        real = f._final
+
+        def deferred(*args, real=real):
+            barrier.wait()  # every rank's local kernel has run
+            with _LOCK:
+                pass
+            real(*args)
+            barrier.wait()
+
+        f._final = deferred
+    launched: set[str] = set()  # the one-launch kernels that ran
+    for f in fs:
+        real_one = f._one
+
+        def counted(fn, *args, real_one=real_one, **kw):
+            launched.add(fn.__name__)
+            return real_one(fn, *args, **kw)
+
+        f._one = counted
+    for op, arg in ops:
+        for _ in range(2):  # twice: the second call uses the other parity and epoch 2
+            outs = [None] * world
+
+            def one(r, op=op, arg=arg, outs=outs):
+                shard = full[:, r * n : (r + 1) * n].contiguous()
+                outs[r] = _call(fs[r], op, arg, shard, temp, seeds, ids)
+
+            threads = [threading.Thread(target=one, args=(r,)) for r in range(world)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        for r, got in enumerate(outs):
+            if op == "greedy":
+                ok = torch.equal(got, full.argmax(1))
+            elif op == "topp":
+                got, need = got
+                want = reference.sample(full, temp, seeds, top_p=arg[0], min_p=arg[1])
+                decided = got >= 0
+                ok = torch.equal(got[decided], want[decided]) and bool(need) == bool(
+                    (~decided).any()
+                )
+                undecided += int((~decided).sum())
+                again = fs[r].spilled != 0x7FFFFFFF
+                spilled += int(again.sum())
+                rescued += int((again & decided).sum())
+                if not ok:
+                    print(op, "got", got.tolist(), "want", want.tolist())
+            elif op == "topk_f":
+                k, p, mp = arg
+                want = reference.sample(full, temp, seeds, top_k=k, top_p=p, min_p=mp)
+                ok = torch.equal(got, want)
+                if not ok:
+                    print(op, "got", got.tolist(), "want", want.tolist())
+            elif op == "rowk":
+                got, need = got
+                k, mp = arg
+                served = (k <= 64) | (k >= v)
+                want = reference.sample(
+                    full, temp, seeds, top_k=torch.where(k >= v, 0, k), min_p=mp
+                )
+                ok = torch.equal(got[served], want[served]) and bool(need) == bool((~served).any())
+                if not ok:
+                    print(op, "got", got.tolist(), "want", want.tolist(), "need", bool(need))
+            elif op == "rowkp":
+                got, need = got
+                k, p, mp = arg
+                want = reference.sample(full, temp, seeds, top_k=k, top_p=p, min_p=mp)
+                decided = got >= 0
+                ok = torch.equal(got[decided], want[decided]) and bool(need) == bool(
+                    (~decided).any()
+                )
+                on = (k > 0) & (k < v)
+                k_rows, k_decided = k_rows + int(on.sum()), k_decided + int((on & decided).sum())
+                if not ok:
+                    print(op, "got", got.tolist(), "want", want.tolist(), "need", bool(need))
+            elif op.startswith("sample") or op == "minp":
+                f = dict(min_p=arg) if op == "minp" else dict(top_k=arg)
+                want = reference.sample(full, temp, seeds, **f)
+                ok = torch.equal(got, want)
+                if not ok:
+                    print(op, arg, "got", got.tolist(), "want", want.tolist())
+            else:
+                want = reference.logprobs(full, ids, arg or 0)
+                lp, tid, tlp = got
+                ok = bool(
+                    ((lp - want.logprobs).abs() <= 2e-5 * (1 + want.logprobs.abs()))[
+                        ~want.logprobs.isnan()
+                    ].all()
+                ) and torch.equal(tid, want.top_ids)
+                if not ok:
+                    print(lp, want.logprobs, tid, want.top_ids)
+            mix = isinstance(arg, tuple) and any(isinstance(a, torch.Tensor) for a in arg)
+            tag = "mixed" if mix else arg
+            how = (" (one launch, tickets)" if ticket else " (one launch)") if single else ""
+            print(f"world={world} n={n} m={m} {op} {tag}{how} rank {r}: {'ok' if ok else 'FAIL'}")
+            fails += not ok
+    print(
+        f"top-p rows left to round 2: {spilled}, of which it decided {rescued}; "
+        f"undecided (fallback): {undecided}"
+    )
+    if k_rows:
+        print(f"per-row top-k with top-p: {k_decided} of {k_rows} rows with k on decided")
+    if single:
+        print("one-launch kernels run:", ", ".join(sorted(launched)) or "none")
+        busy = [w for w, made in boxes.items() for b in made if b.arrivals.any()]
+        if busy:  # tickets and arrival counts are back to 0 after every call
+            print(f"FAIL: arrivals left nonzero in the {sorted(set(busy))}-word mailboxes")
+            fails += 1
+    if rescued == 0 and world == 3 and m > 7 and any(op[0] == "topp" for op in ops):
+        print("FAIL: round 2 decided no row of the dense-split case")
+        fails += 1
+    return fails
+
+
+def _call(f, op, arg, shard, temp, seeds, ids):
+    if op == "greedy":
+        return f.greedy(shard)
+    if op == "minp":
+        mp = torch.full((shard.shape[0],), arg, dtype=torch.float32)
+        return f.sample_minp(shard, temp, seeds, mp)
+    if op == "topp":
+        p, mp = arg
+        m = shard.shape[0]
+        p = p if isinstance(p, torch.Tensor) else torch.full((m,), p, dtype=torch.float64)
+        mp = None if mp is None else torch.full((m,), mp, dtype=torch.float32)
+        return f.sample_topp(shard, temp, seeds, p, mp)
+    if op == "topk_f":
+        k, p, mp = arg
+        m = shard.shape[0]
+        if p is not None and not isinstance(p, torch.Tensor):
+            p = torch.full((m,), p, dtype=torch.float64)
+        mp = None if mp is None else torch.full((m,), mp, dtype=torch.float32)
+        return f.sample_topk(shard, temp, seeds, k, p, mp)
+    if op == "rowk":
+        k, mp = arg
+        m = shard.shape[0]
+        mp = None if mp is None else torch.full((m,), mp, dtype=torch.float32)
+        need = torch.ones(1, dtype=torch.bool)  # the kernel must write it
+        return f.sample_topk(shard, temp, seeds, k, None, mp, need), need
+    if op == "rowkp":
+        k, p, mp = arg
+        m = shard.shape[0]
+        p = p if isinstance(p, torch.Tensor) else torch.full((m,), p, dtype=torch.float64)
+        mp = None if mp is None else torch.full((m,), mp, dtype=torch.float32)
+        out, flags, second = f.topp_rounds(shard, temp, seeds, p, mp, k)
+        second()  # always: the caller's flags may skip it
+        return out, flags[:1]
+    if op.startswith("sample"):
+        return f.sample(shard, temp, seeds, arg)
+    return f.logprobs(shard, ids, arg or 0)
+
+
+@triton.jit
+def _decode_kernel(cand_ptr, t, u_ptr, nbytes_ptr, N: tl.constexpr, XBITS: tl.constexpr):
+    i = tl.arange(0, N)
+    cand = tl.load(cand_ptr + i)
+    _, _, u, nbytes = masses._decode(cand, t, cand != keys.KEY_MIN, XBITS)
+    tl.store(u_ptr + i, u)
+    tl.store(nbytes_ptr, nbytes)
+
+
+def check_decode() -> int:
+    """The finals' short radix keys (:func:`.masses._decode`): bfloat16 x * (1 / T) gives
+    16-bit keys ordered like s (2 bytes); s values that are no x * (1 / T) fall back to 4."""
+    fails = 0
+    t = 0.7
+    for kind in ("x * (1 / T)", "arbitrary s"):
+        if kind == "x * (1 / T)":
+            x = (torch.randn(64) * 4).to(torch.bfloat16).float()
+            x[:8] = x[8]  # ties
+            s = rng.scaled(x, torch.tensor(t))
+        else:
+            s = torch.randn(64) * 4
+        h = s.view(torch.int32).to(torch.int64)
+        h = torch.where(s == 0, 0, torch.where(h < 0, h ^ 0x7FFFFFFF, h))
+        cand = (h << 32) | (0xFFFFFFFF - torch.arange(64))
+        u, nbytes = torch.empty(64, dtype=torch.int64), torch.empty(1, dtype=torch.int32)
+        _decode_kernel[(1,)](cand, t, u, nbytes, 64, 16)
+        order = torch.sign(s[:, None] - s[None, :]) == torch.sign(u[:, None] - u[None, :])
+        ok = bool(order.all()) and int(nbytes) == (2 if kind == "x * (1 / T)" else 4)
+        if kind == "x * (1 / T)":
+            ok = ok and int(u.max()) < 1 << 16
+        print(f"_decode, {kind}: bytes {int(nbytes)}, order kept {bool(order.all())}: "
+              f"{'ok' if ok else 'FAIL'}")  # fmt: skip
+        fails += not ok
+    return fails
+
+
+@triton.jit
+def _ticket_kernel(arrivals, order, seen):
+    row, split = single.place(arrivals, True)
+    tl.store(order + row * tl.num_programs(1) + split, tl.atomic_add(seen, 1))
+
+
+def check_tickets() -> int:
+    """Tickets hand out each split column's rows in order (:mod:`.single`, Progress): the
+    ``i``-th program of column ``s`` to start works on row ``i``, every (row, split) once,
+    and the counters are 0 afterwards."""
+    arrivals, seen = torch.zeros(3, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    order = torch.full((7, 3), -1, dtype=torch.int32)
+    _ticket_kernel[(7, 3)](arrivals, order, seen)
+    ok = sorted(order.flatten().tolist()) == list(range(21)) and not arrivals.any()
+    ok = ok and all(bool((order[1:, s] > order[:-1, s]).all()) for s in range(3))
+    print(f"tickets in row order per column, counters reset: {'ok' if ok else 'FAIL'}")
+    return not ok
+
+
+def main() -> int:
+    """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
+    ``--only=OP[,OP]``: those operations alone (greedy, sample, sample_k, logprobs, minp,
+    topp, topk_f, rowk, rowkp). ``--single``: the world-1 one-launch runs alone."""
+    if "--single" in sys.argv:
+        fails = check_tickets()
+        fails += run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
+        fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, True, ticket=True)
+        print("FAILURES:", fails)
+        return 1 if fails else 0
+    fails = check_decode() + check_tickets()
+    if "--tp8" in sys.argv:
+        fails += run(8, 18944, 8, random.randrange(2**31))
+    for world, n, m, dtype in (
+        (1, 300, 5, torch.bfloat16),
+        (2, 150, 16, torch.bfloat16),
+        (3, 100, 4, torch.bfloat16),
+        (2, 5000, 3, torch.bfloat16),
+        (2, 5000, 6, torch.float32),
+        (2, 9000, 6, torch.float16),
+        (3, 5000, 8, torch.bfloat16),
+    ):
+        fails += run(world, n, m, random.randrange(2**31), dtype)
+    for n, m, dtype in ((300, 5, torch.bfloat16), (9000, 6, torch.float16)):
+        fails += run(1, n, m, random.randrange(2**31), dtype, single=True)
+    fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, True, ticket=True)
+    # One program per row for the idle writers (topk_overflow, again_local), so each
+    # serves several splits in turn, as at M > 32 on GPUs: row 7 reaches top-p's round
+    # 2 and rows 0 and 4 overflow top-k's slots.
+    names = ("IDLE_LEAST", "IDLE_PROGRAMS", "OVERFLOW_LEAST", "OVERFLOW_PROGRAMS")
+    saved = [getattr(geometry, name) for name in names]
+    for name in names:
+        setattr(geometry, name, 1)
+    try:
+        fails += run(3, 5000, 8, random.randrange(2**31), torch.bfloat16)
+    finally:
+        for name, value in zip(names, saved, strict=True):
+            setattr(geometry, name, value)
+    print("FAILURES:", fails)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
