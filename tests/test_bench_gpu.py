@@ -153,7 +153,7 @@ def test_bench_one_process_per_gpu(tmp_path: Path) -> None:
         assert 0 < row["pct_of_limit"] <= 100.0
         assert row["pct_clipped"] == (row["pct_of_limit_raw"] > 100.0)
     assert [c["status"] for c in res["targets"]["device"]].count("not measured") == 0
-    assert "targets (issue 10" in text and "WRONG" not in text
+    assert "targets (stated for tp=2" in text and "WRONG" not in text
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
