@@ -52,8 +52,8 @@ step bench_tp2 240 python3 -m logits_gather.bench --tp 2 --vocab 151552,129280 -
 grep -A12 "^targets" "$out/log_bench_tp2.txt"
 
 if [ "${SKIP_SAMPLING:-0}" != 1 ] && python3 -c "import logits_gather.bench.sampling" 2>/dev/null; then
-  step sampling_tp2 120 python3 -m logits_gather.bench.sampling --device cuda --world-size 2 \
-    --graphs --json "$out/sampling_tp2.json"
+  step sampling_tp2 120 python3 -m logits_gather.bench.sampling --device cuda --tp 2 \
+    --out "$out"
   tail -15 "$out/log_sampling_tp2.txt"
 fi
 

@@ -195,32 +195,3 @@ def test_failing_rank_surfaces(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "rank 1 raised" in proc.stderr
     assert "RuntimeError: --fail-rank 1: this rank fails on purpose" in proc.stderr
-
-
-def test_sampling_benchmark_runs_on_cpu(tmp_path: Path) -> None:
-    """``python -m logits_gather.bench.sampling`` end to end on 2 gloo ranks."""
-    out = tmp_path / "sampling.json"
-    proc = _run(
-        [
-            "--world-size",
-            "2",
-            "--device",
-            "cpu",
-            "--rows",
-            "1,3",
-            "--vocab",
-            "1024",
-            "--iters",
-            "2",
-            "--reps",
-            "1",
-            "--json",
-            str(out),
-        ],
-        tmp_path,
-        module=["-m", "logits_gather.bench.sampling"],
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    ops = {line.split()[0] for line in proc.stdout.splitlines() if line[:1].isalpha()}
-    assert {"greedy", "sample", "sample_k50", "logprobs"} <= ops, proc.stdout
-    assert out.exists() and json.loads(out.read_text())

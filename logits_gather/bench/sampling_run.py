@@ -1,0 +1,135 @@
+"""One rank of the sampling benchmark: build the methods per M, check them, time them.
+
+Per M: fresh random bf16 logits (never zeros), one copy per method made before any
+timing; a check pass (greedy tokens must be equal across methods, the other ops'
+agreement with vLLM is counted, and every method's input must be unchanged); then two
+timed passes in which every (op, method) burst is interleaved with the others, and,
+on CUDA, the same under graph replay for every call that captures.
+"""
+
+from __future__ import annotations
+
+import gc
+import types
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import sampling_peers as peers
+from .timing import make_clock
+
+PASSES = 2
+
+
+def _inputs(m: int, n: int, rank: int, device: torch.device):
+    gen = torch.Generator().manual_seed(1000 * m + rank)
+    shard = (torch.randn(m, n, generator=gen) * 3).to(torch.bfloat16).to(device)
+    temp = torch.full((m,), peers.TEMPERATURE, dtype=torch.float32, device=device)
+    seeds = torch.randint(-(2**62), 2**62, (m,), generator=torch.Generator().manual_seed(m))
+    positions = torch.arange(m, dtype=torch.int64) + 17
+    return shard, temp, seeds.to(device), positions.to(device)
+
+
+def _methods(shard, temp, seeds, pos, capacity: int, kernels: Any) -> tuple[dict, dict]:
+    """{method: calls} and {method: its own input}, each input a fresh copy."""
+    own = {name: shard.clone() for name in ("ours", "vllm", "torch")}
+    calls = {
+        "ours": peers.ours_calls(own["ours"], temp, seeds, pos, capacity=capacity),
+        "torch": peers.torch_calls(own["torch"], temp, seeds, pos),
+    }
+    if kernels is not None:
+        calls["vllm"] = peers.vllm_calls(own["vllm"], temp, seeds, pos, kernels=kernels)
+    return calls, {k: v for k, v in own.items() if k in calls}
+
+
+def _check(calls: dict, own: dict, shard: torch.Tensor, m: int) -> dict[str, Any]:
+    """Greedy equality, agreement shares against vLLM, and untouched inputs."""
+    out: dict[str, Any] = {"problems": [], "agreement": {}}
+    toks = {meth: {op: fn().clone() for op, fn in fns.items()} for meth, fns in calls.items()}
+    for meth in calls:
+        if not torch.equal(toks[meth]["greedy"], toks["ours"]["greedy"]):
+            out["problems"].append(f"greedy M={m}: {meth}'s tokens differ from ours")
+        if not torch.equal(own[meth], shard):
+            out["problems"].append(f"M={m}: {meth} modified its input logits")
+    if "vllm" in toks:
+        for op in peers.OPS:
+            same = (toks["ours"][op] == toks["vllm"][op]).double().mean().item()
+            out["agreement"][op] = same
+    return out
+
+
+def _time_eager(clock, calls: dict, iters: int, host_us: dict) -> dict:
+    """{(op, method): [pass][burst] per-call µs}, every burst interleaved."""
+    times: dict = {}
+    xs = [None] * iters
+    for p in range(PASSES):
+        for _ in range(2):
+            for op in peers.OPS:
+                for meth, fns in calls.items():
+                    call = fns[op]
+                    t = clock.burst(lambda _x, c=call: c(), xs, host_us[op, meth])
+                    times.setdefault((op, meth), [[] for _ in range(PASSES)])[p].append(t)
+    return times
+
+
+def _time_graphs(clock, calls: dict, graph_calls: int, replays: int) -> tuple[dict, dict]:
+    """Graph replay per (op, method) that captures; {(op, method): why} for the rest."""
+    graphs, why = {}, {}
+    xs = [None] * graph_calls
+    for op in peers.OPS:
+        for meth, fns in calls.items():
+            try:
+                graphs[op, meth] = clock.capture(lambda _x, c=fns[op]: c(), xs)[0]
+            except Exception as exc:  # not capturable: reported, the run goes on
+                why[op, meth] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                torch.cuda.synchronize()
+    times: dict = {}
+    for p in range(PASSES):
+        for key, graph in graphs.items():
+            t = clock.replay(graph, replays, graph_calls)
+            times.setdefault(key, [[] for _ in range(PASSES)])[p].append(t)
+    return times, why
+
+
+def _host_guess(clock, calls: dict, cuda: bool) -> dict:
+    """Wall µs per call (device included): sizes the spin before each CUDA burst."""
+    if not cuda:
+        return {(op, m): 0.0 for m, fns in calls.items() for op in fns}
+    return {
+        (op, m): clock.wall(lambda _x, c=fn: c(), [None] * 3)
+        for m, fns in calls.items()
+        for op, fn in fns.items()
+    }
+
+
+def worker(rank: int, world: int, args: Any, kernels: Any) -> dict[str, Any]:
+    """Everything this rank measured, for rank 0's report."""
+    cuda = args.device == "cuda"
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    ctx = types.SimpleNamespace(cuda=cuda, barrier=dist.barrier)
+    clock = make_clock(ctx)
+    n, cap = args.vocab // world, max(args.rows)
+    result: dict[str, Any] = {"eager": {}, "graph": {}, "not_captured": {}, "check": {}}
+    for m in args.rows:
+        shard, temp, seeds, pos = _inputs(m, n, rank, device)
+        calls, own = _methods(shard, temp, seeds, pos, cap, kernels)
+        for fns in calls.values():  # warm up: compiles kernels, builds exchanges
+            for fn in fns.values():
+                fn()
+        result["check"][m] = _check(calls, own, shard, m)
+        host = _host_guess(clock, calls, cuda)
+        result["eager"][m] = _time_eager(clock, calls, args.iters, host)
+        if args.graphs and cuda:
+            times, why = _time_graphs(clock, calls, args.graph_calls, args.replays)
+            result["graph"][m], result["not_captured"][m] = times, why
+        result["check"][m]["problems"] += [
+            f"M={m}: {meth} modified its input logits while timed"
+            for meth in own
+            if not torch.equal(own[meth], shard)
+        ]
+        del calls, own
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    return result
