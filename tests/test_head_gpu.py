@@ -137,7 +137,7 @@ def test_world_one_matches_local_kernel_and_cublas(dtype: torch.dtype) -> None:
 def test_two_ranks_exact_over_random_calls() -> None:
     placement = two_rank_placement()
     env = COLOCATE_ENV if placement == "one-gpu" else {}
-    run_ranks(_soak, 2, placement, torch.bfloat16, 2048, 8192, env=env, timeout=900)
+    run_ranks(_soak, 2, placement, torch.bfloat16, 4096, 37888, env=env, timeout=900)
 
 
 def _graph(rank: int, world: int, placement: str) -> None:
