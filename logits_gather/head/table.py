@@ -18,7 +18,8 @@ before and after the kernel's). Candidates: ``CANDIDATES`` in the script. Each r
   weight at 3.4-4.2 TB/s, as cuBLAS does (3.5-4.3 TB/s): it is memory-bound, and the
   fused kernel moves the same bytes.
 * **Misses at M <= 16, tp 8, H=4096** (1.06-1.07x) **and H=5120, M <= 4** (1.05-1.06x):
-  the predicted cause (untested): 18944 columns give few tiles for 132 CTAs (74 tiles of 256 columns, or 148 of 128:
+  predicted cause (untested): 18944 columns give few tiles for 132 CTAs (74 tiles of
+  256 columns, or 148 of 128:
   one full wave and a 16-tile second one), so the last wave leaves SMs idle; the best
   tile streams 3.3-3.4 TB/s against cuBLAS's 3.5.
 * **Misses at M = 64** except tp 2, H=4096 (1.03x): 1.06x at tp 2, H 5120 and 7168,
