@@ -6,12 +6,14 @@ skipped call) would otherwise make the gloo fallback abort or the kernel time
 out after returning incomplete data. With ``check_calls`` on, a call first
 exchanges a fixed-size record over a gloo channel, before any data moves:
 
-    [object id, call index, M, dtype code, input rejected]
+    [object id, call index, M, dtype code, input rejected, operation]
 
 The object id numbers the checked objects built on the channel (construction is
 collective, so it agrees on every rank); the call index counts this object's
-checked calls, rejected ones included. The record always has the same size, so
-two ranks in different calls never make gloo abort on a size mismatch. If any
+checked calls, rejected ones included. The operation is 0 for a gather and encodes
+the hidden size and ``fused`` for ``linear``, so a rank that gathers while its peers
+run the head (or passes another hidden size) is caught as well. The record always
+has the same size, so two ranks in different calls never make gloo abort on a size mismatch. If any
 rank's record differs or reports a rejected input, every rank knows it at once;
 all then exchange descriptions (``all_gather_object``) and raise the same
 ``ValueError``, and no data has moved: the object stays usable, since every rank
@@ -44,7 +46,7 @@ import torch.distributed as dist
 
 from .checks import PeerTimeoutError, shard_error
 
-_RECORD = 5
+_RECORD = 6
 _DTYPE_CODES = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
 _channels: dict[Any, dist.ProcessGroup] = {}
 _objects: dict[Any, int] = {}
@@ -100,14 +102,17 @@ class CallCheck:
         self._all = torch.zeros(self._world * _RECORD, dtype=torch.int64)
         self.calls = 0
 
-    def __call__(self, shard: Any, ok: bool) -> None:
+    def __call__(
+        self, shard: Any, ok: bool, *, error: Exception | None = None, op: int = 0
+    ) -> None:
+        """``error``: what this rank's input was rejected for (default: judged as a shard)."""
         index = self.calls
         self.calls += 1
         m, code = -1, -1
         if isinstance(shard, torch.Tensor):
             m = shard.shape[0] if shard.dim() >= 1 else -1
             code = _DTYPE_CODES.get(shard.dtype, 0)
-        self._mine.copy_(torch.tensor((self.object_id, index, m, code, int(not ok))))
+        self._mine.copy_(torch.tensor((self.object_id, index, m, code, int(not ok), op)))
         work = _all_gather_single(self._all, self._mine, self._group, True)
         try:
             work.wait(timeout=self._timeout)
@@ -121,11 +126,13 @@ class CallCheck:
         rows = self._all.view(self._world, _RECORD)
         if ok and bool((rows == self._mine).all()):
             return
-        self._disagree(shard, ok, index, rows)
+        self._disagree(shard, ok, index, rows, error)
 
-    def _disagree(self, shard: Any, ok: bool, index: int, rows: torch.Tensor) -> None:
+    def _disagree(
+        self, shard: Any, ok: bool, index: int, rows: torch.Tensor, error: Exception | None
+    ) -> None:
         """Every rank gets here together (they all saw the same rows)."""
-        local = None if ok else shard_error(shard, **self._spec)
+        local = None if ok else (error or shard_error(shard, **self._spec))
         mine = f"object #{self.object_id}, call {index}, "
         if isinstance(shard, torch.Tensor):
             mine += f"M={shard.shape[0] if shard.dim() >= 1 else None}, dtype={shard.dtype}"
@@ -136,7 +143,8 @@ class CallCheck:
         described: list[Any] = [None] * self._world
         dist.all_gather_object(described, mine, group=self._group)
         lines = [f"rank {r}: {d}" for r, d in enumerate(described)]
-        for col, what in ((0, "object"), (1, "call index"), (2, "M"), (3, "dtype")):
+        columns = ((0, "object"), (1, "call index"), (2, "M"), (3, "dtype"), (5, "operation"))
+        for col, what in columns:
             if len(set(rows[:, col].tolist())) > 1:
                 lines.append(f"{what} differs between ranks")
         bad = [r for r in range(self._world) if rows[r, 4]]

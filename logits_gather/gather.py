@@ -131,6 +131,8 @@ class LogitsGather:
         self.on_timeout: str = on_timeout
         self.check_calls: bool = check_calls
         self._failed: str | None = None
+        self._graphs = graphs
+        self._head: Any = None
         with self._on(device):
             self.backend, self._impl = self._build(extras, backend, graphs)
             self._calls = None
@@ -279,6 +281,95 @@ class LogitsGather:
             self._failed = str(exc)
             raise
         except RuntimeError as exc:  # a trapped kernel makes the next launch fail
+            timeout = self._timeout_error()
+            if timeout is None:
+                raise
+            self._failed = str(timeout)
+            raise timeout from exc
+
+    def linear(
+        self, hidden: torch.Tensor, weight: torch.Tensor, *, fused: bool | None = None
+    ) -> torch.Tensor:
+        """The LM head and the gather: what ``self(F.linear(hidden, weight))`` returns.
+
+        ``hidden`` ``[M, H]`` is the same on every rank, ``weight`` ``[columns, H]`` is this
+        rank's slice (``nn.Linear``'s layout). The result ``[M, world_size * columns]`` is a
+        view of the same buffers as ``__call__``'s, with the same lifetime, timeout and
+        graph contract (a ``linear`` call counts as one call). ``fused=None`` takes the
+        fused kernel where the tile table chose it, else ``F.linear`` + the gather (the
+        reason logged once); ``True`` forces the kernel (``ValueError`` if impossible),
+        ``False`` never takes it. The first call per hidden size compiles (collectively);
+        make it eagerly before capturing. See docs/fused-head.md.
+        """
+        if self._failed is not None:
+            raise PeerTimeoutError(self._failed)
+        from .head.checks import aligned, linear_error
+
+        problem = linear_error(
+            hidden,
+            weight,
+            fused,
+            columns=self.columns,
+            capacity=self.capacity,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        if self._calls is not None:
+            op = (
+                0
+                if problem is not None
+                else hidden.shape[1] * 4 + (fused is None) + 2 * bool(fused)
+            )
+            try:  # collective: the same error on every rank
+                self._calls(hidden, problem is None, error=problem, op=op)
+            except PeerTimeoutError as exc:
+                self._failed = str(exc)
+                raise
+        elif problem is not None:
+            raise problem
+        tile = self._head_route().choose(hidden.shape[0], hidden.shape[1], fused)
+        with torch.no_grad():
+            if tile is None:
+                return self._guarded(self._impl, torch.nn.functional.linear(hidden, weight))
+            x, w = aligned(hidden.detach(), "hidden"), aligned(weight.detach(), "weight")
+            return self._guarded(self._head.fused, x, w, tile)
+
+    def _head_route(self) -> Any:
+        if self._head is None:
+            from .head.route import HeadRoute
+
+            kernel = None
+            if self.world_size == 1:
+                kernel = symmetric.local_problem(self.device)
+                if kernel is None and self.backend != "symm_mem":
+                    kernel = "backend='torch.distributed' was requested"
+            elif self.backend != "symm_mem":
+                kernel = "this object runs the torch.distributed fallback"
+
+            def agree_failure(failure: str | None) -> list[str | None]:
+                with self._on(self.device):
+                    return agree(self.group, {"step": "fused head compile"}, [], extra=failure)
+
+            self._head = HeadRoute(
+                slots=self._impl if self.world_size > 1 and kernel is None else None,
+                kernel=kernel,
+                columns=self.columns,
+                capacity=self.capacity,
+                dtype=self.dtype,
+                device=self.device,
+                graphs=self._graphs,
+                agree=agree_failure,
+            )
+        return self._head
+
+    def _guarded(self, fn: Any, *args: Any) -> torch.Tensor:
+        """``fn(*args)``, turning a kernel's timeout (or trap) into a ``PeerTimeoutError``."""
+        try:
+            return fn(*args)
+        except PeerTimeoutError as exc:
+            self._failed = str(exc)
+            raise
+        except RuntimeError as exc:
             timeout = self._timeout_error()
             if timeout is None:
                 raise

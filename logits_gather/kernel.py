@@ -118,7 +118,7 @@ def _now(NUM_THREADS: tl.constexpr):
 
 
 @triton.jit
-def _signal_all(peer_rows, mask):
+def signal_all(peer_rows, mask):
     """Adds 1 to one flag on every rank: one lane (one thread) per rank."""
     tl.atomic_add(peer_rows, 1, mask=mask, sem="release", scope="sys")
 
@@ -139,7 +139,9 @@ def _timed_out(status, code, seen, target, TRAP: tl.constexpr):
 
 
 @triton.jit
-def _wait(flag, target, timeout_us, status, code, NUM_THREADS: tl.constexpr, TRAP: tl.constexpr):
+def wait_flag(
+    flag, target, timeout_us, status, code, NUM_THREADS: tl.constexpr, TRAP: tl.constexpr
+):
     """Waits until ``flag - target >= 0`` (signed, wrap-safe) or the timeout."""
     seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
     if (seen - target) < 0:
@@ -251,8 +253,8 @@ def push_gather_kernel(
     peers = tl.load(peer_flags + lanes, mask=to_rank, other=0).to(tl.pointer_type(tl.int32))
     if GRAPH:
         gcalls = tl.load(flags + GCALLS * MAXC + pid)
-        _signal_all(peers + READY * MAXC + pid, to_rank)
-        _wait(
+        signal_all(peers + READY * MAXC + pid, to_rank)
+        wait_flag(
             flags + READY * MAXC + pid,
             (gcalls + 1) * WORLD,
             timeout_us,
@@ -269,8 +271,8 @@ def push_gather_kernel(
         _store_tile(x, t, d0, d1, d2, d3, d4, d5, d6, d7, N, RANK, WORLD, ROW, BLOCK, TILES_PER_ROW)
 
     tl.debug_barrier()
-    _signal_all(peers + ARRIVE * MAXC + pid, to_rank)
-    _wait(
+    signal_all(peers + ARRIVE * MAXC + pid, to_rank)
+    wait_flag(
         flags + ARRIVE * MAXC + pid,
         (calls + 1) * WORLD,
         timeout_us,

@@ -17,13 +17,14 @@ two scratch pointers Triton appends (both unused here: their size is checked).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from . import kernel as K
 
 
-class _Ptr:
+class Ptr:
     """Stands in for a tensor while compiling: Triton specialises pointer
     arguments on ``data_ptr() % 16``, and that is all it reads."""
 
@@ -46,9 +47,9 @@ def compile_kernel(
 ):
     """Compiles one variant; ``sample_args`` are the frozen pointer arguments."""
     *dsts, flags, peer_flags, status = sample_args
-    ptrs = [_Ptr(a, dtype) for a in dsts]
-    ptrs += [_Ptr(flags, torch.int32), _Ptr(peer_flags, torch.int64), _Ptr(status, torch.int32)]
-    src = _Ptr(16 if aligned else 2, dtype)
+    ptrs = [Ptr(a, dtype) for a in dsts]
+    ptrs += [Ptr(flags, torch.int32), Ptr(peer_flags, torch.int64), Ptr(status, torch.int32)]
+    src = Ptr(16 if aligned else 2, dtype)
     with torch.cuda.device(device):
         ck = K.push_gather_kernel.warmup(
             src, *ptrs, 1, timeout_us, grid=(1,), num_warps=num_warps, **constants
@@ -59,23 +60,29 @@ def compile_kernel(
     return ck
 
 
+def raw_launch(ck) -> tuple[Any, tuple, int]:
+    """Triton's C launcher of ``ck``, the arguments that come before the kernel's own,
+    and the number of constexpr parameters (passed as trailing ``None``)."""
+    run = ck.run
+    head = (
+        ck.function,
+        run.launch_cooperative_grid,
+        run.launch_pdl,
+        None,
+        None,
+        ck.packed_metadata,
+        None,
+        None,
+        None,
+    )
+    n_const = sum(1 for v in ck.src.signature.values() if v == "constexpr")
+    return run.launch, head, n_const
+
+
 class TritonLaunch:
     def __init__(self, ck, tails: Sequence[Sequence[int]], timeout_us: int) -> None:
-        run = ck.run
-        self._launch = run.launch
-        self._head = (
-            ck.function,
-            run.launch_cooperative_grid,
-            run.launch_pdl,
-            None,
-            None,
-            ck.packed_metadata,
-            None,
-            None,
-            None,
-        )
+        self._launch, self._head, n_const = raw_launch(ck)
         self._tails = [tuple(t) for t in tails]
-        n_const = sum(1 for v in ck.src.signature.values() if v == "constexpr")
         self._end = (timeout_us,) + (None,) * n_const
 
     def __call__(self, grid: int, stream: int, src: int, slot: int, m: int) -> None:

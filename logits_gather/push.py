@@ -170,6 +170,48 @@ class PushGather:
         launch(grid, _raw_stream(self._index), ptr, slot, m)
         return self._views[slot][m]
 
+    # The fused LM head (logits_gather.head) shares the slots, the rotation and the flags:
+    # one of its calls is one call of the protocol. These mirror __call__'s slot choice,
+    # which stays inline there to keep the gather's hot path as it is.
+    @property
+    def ctas(self) -> int:
+        """The CTA budget: the most CTAs any kernel of this object may launch."""
+        return self._ctas
+
+    def take_slot(self) -> int:
+        """The slot of the next call (eager rotation, or graph-mode alternation)."""
+        if self._status_words[0]:
+            raise self.timeout_error()
+        if _capturing():
+            if not self._graphs:
+                raise RuntimeError(
+                    "this LogitsGather was built with graphs=False; build it with "
+                    "graphs=True to call it during CUDA graph capture"
+                )
+            slot = EAGER_SLOTS + (self._captured & 1)
+            self._captured += 1
+            return slot
+        slot = self._eager
+        self._eager = (slot + 1) % EAGER_SLOTS
+        return slot
+
+    def slot_args(self, slot: int) -> tuple[int, ...]:
+        """The frozen pointer arguments of ``slot``: 8 slot addresses, flags, peer flag
+        table, status block (what the push kernel takes after ``src``)."""
+        return self._tails[slot]
+
+    def view(self, slot: int, m: int) -> torch.Tensor:
+        return self._views[slot][m]
+
+    @property
+    def kernel_constants(self) -> dict[str, int]:
+        """``RANK``, ``WORLD``, ``MAXC``, ``TRAP`` (and ``N``) as the push kernel gets them."""
+        return dict(self._constants)
+
+    @property
+    def timeout_us(self) -> int:
+        return self._timeout_us
+
     def timeout_error(self) -> PeerTimeoutError:
         code, cta, seen, target = list(self._status_words)
         where = "entry handshake (graph mode)" if code == 2 else "exit barrier"

@@ -1,0 +1,182 @@
+"""Tile configurations of the fused head kernel, per (M, H, columns), and the route choice.
+
+:func:`pick` is a pure function of arguments every rank shares, so every rank launches
+the same grid for the same call (``kernel.py``'s barrier needs that). ``None`` means
+the route ``F.linear`` (cuBLAS) + the push gather, taken where the sweep found the
+fused kernel slower than cuBLAS by more than 5 % at world size 1.
+
+Sweep
+-----
+Measured with ``scripts/head-sweep.py`` on one H200 (bf16, world size 1, so the kernel
+without peers or barrier; CUDA events around bursts of 10 calls, median of 5 bursts,
+against the faster of two cuBLAS ``F.linear`` measurements of the same shape, taken
+before and after the kernel's). Candidates: ``CANDIDATES`` in the script. Each row of
+``TABLE`` below records the best candidate's time and its ratio to cuBLAS.
+
+* **Meets (<= 1.05x cuBLAS) at M <= 16** for tp 2 and 4 at every H (0.97-1.03x), and
+  for tp 8 at H=7168 (1.03x) and at H=5120, M=16 (1.03x). Here the GEMM streams the
+  weight at 3.4-4.2 TB/s, as cuBLAS does (3.5-4.3 TB/s): it is memory-bound, and the
+  fused kernel moves the same bytes.
+* **Misses at M <= 16, tp 8, H=4096** (1.06-1.07x) **and H=5120, M <= 4** (1.05-1.06x):
+  predicted cause (untested): 18944 columns give few tiles for 132 CTAs (74 tiles of
+  256 columns, or 148 of 128:
+  one full wave and a 16-tile second one), so the last wave leaves SMs idle; the best
+  tile streams 3.3-3.4 TB/s against cuBLAS's 3.5.
+* **Misses at M = 64** except tp 2, H=4096 (1.03x): 1.06x at tp 2, H 5120 and 7168,
+  1.06-1.08x at tp 4, 1.25-1.27x at tp 8 (the same wave problem, with 64-row tiles).
+* **Misses at M = 128 and 256 everywhere** (1.19-1.89x). There cuBLAS is at or near the
+  compute/bandwidth balance (M=256: 2.6 TB/s of weight, 2.7 TB/s at M=128 too) and
+  this kernel's single-warpgroup software pipeline (``tl.dot`` with ``num_stages``, one
+  CTA per SM, no warp specialisation or TMA multicast) reaches 1.4-2.9 TB/s: it does
+  not overlap the wgmma work with the loads as well. No profile was taken (the device
+  time went to correctness); the figures are the bandwidth argument.
+
+Every miss routes to ``F.linear`` + the push gather (``None``). Shapes that were not
+swept take the nearest swept shape's rows (H first, then columns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tile:
+    """``BM x BN`` output tiles, ``BK`` deep K steps, ``warps`` per CTA, ``stages`` deep."""
+
+    bm: int
+    bn: int
+    bk: int
+    warps: int
+    stages: int
+
+    def fit(self, hidden_size: int) -> Tile:
+        """The same tile with ``bk`` lowered until it divides ``hidden_size`` (a multiple
+        of 16), so the K loop needs no mask."""
+        bk = self.bk
+        while hidden_size % bk:
+            bk //= 2
+        return Tile(self.bm, self.bn, bk, self.warps, self.stages)
+
+    def grid(self, m: int, columns: int, ctas: int) -> int:
+        return min(ctas, -(-columns // self.bn) * -(-m // self.bm))
+
+
+# (largest M, tile or None for cuBLAS) per swept (H, columns); a row applies to every M up
+# to its bound (the last row to every larger M).
+Row = tuple[int, "Tile | None"]
+DEFAULT: tuple[Row, ...] = (
+    (16, Tile(16, 64, 128, 4, 4)),
+    (32, Tile(32, 64, 128, 4, 4)),
+    (64, Tile(64, 64, 128, 4, 4)),
+    (1 << 30, Tile(128, 128, 64, 8, 3)),
+)
+# Measured (scripts/head-sweep.py, one H200, bf16, world size 1): the best candidate tile
+# and its time against cuBLAS F.linear; rows over 1.05x route to cuBLAS.
+TABLE: dict[tuple[int, int], tuple[Row, ...]] = {
+    (4096, 75776): (
+        (1, Tile(16, 128, 128, 4, 4)),  # 153.5 vs cuBLAS 157.8 us: 0.972
+        (4, Tile(16, 128, 128, 4, 4)),  # 154.5 vs cuBLAS 157.6 us: 0.980
+        (16, Tile(16, 64, 256, 4, 3)),  # 158.1 vs cuBLAS 161.7 us: 0.978
+        (64, Tile(64, 128, 128, 8, 3)),  # 162.5 vs cuBLAS 157.4 us: 1.032
+        (128, None),  # 211.2 vs cuBLAS 166.4 us: 1.269
+        (1 << 30, None),  # 277.8 vs cuBLAS 234.0 us: 1.187
+    ),
+    (4096, 37888): (
+        (1, Tile(16, 64, 256, 4, 3)),  # 84.4 vs cuBLAS 84.8 us: 0.995
+        (4, Tile(16, 64, 256, 4, 3)),  # 83.9 vs cuBLAS 84.8 us: 0.990
+        (16, Tile(16, 64, 256, 4, 3)),  # 85.1 vs cuBLAS 86.0 us: 0.990
+        (64, None),  # 92.3 vs cuBLAS 86.0 us: 1.073
+        (128, None),  # 124.6 vs cuBLAS 84.8 us: 1.469
+        (1 << 30, None),  # 177.9 vs cuBLAS 119.1 us: 1.495
+    ),
+    (4096, 18944): (
+        (1, None),  # 47.6 vs cuBLAS 44.3 us: 1.073
+        (4, None),  # 46.8 vs cuBLAS 44.3 us: 1.057
+        (16, None),  # 47.0 vs cuBLAS 44.2 us: 1.064
+        (64, None),  # 54.8 vs cuBLAS 43.3 us: 1.266
+        (128, None),  # 76.3 vs cuBLAS 45.1 us: 1.691
+        (1 << 30, None),  # 111.0 vs cuBLAS 58.8 us: 1.888
+    ),
+    (5120, 75776): (
+        (1, Tile(16, 128, 128, 4, 4)),  # 187.6 vs cuBLAS 183.6 us: 1.022
+        (4, Tile(16, 128, 128, 4, 4)),  # 185.8 vs cuBLAS 185.9 us: 1.000
+        (16, Tile(16, 64, 256, 4, 3)),  # 192.7 vs cuBLAS 188.3 us: 1.023
+        (64, None),  # 205.5 vs cuBLAS 194.3 us: 1.058
+        (128, None),  # 283.7 vs cuBLAS 204.0 us: 1.391
+        (1 << 30, None),  # 390.1 vs cuBLAS 292.4 us: 1.334
+    ),
+    (5120, 37888): (
+        (1, Tile(16, 64, 256, 4, 3)),  # 105.6 vs cuBLAS 103.9 us: 1.016
+        (4, Tile(16, 64, 256, 4, 3)),  # 102.9 vs cuBLAS 103.1 us: 0.998
+        (16, Tile(16, 64, 256, 4, 3)),  # 104.0 vs cuBLAS 104.0 us: 1.001
+        (64, None),  # 112.3 vs cuBLAS 104.0 us: 1.081
+        (128, None),  # 152.2 vs cuBLAS 103.2 us: 1.474
+        (1 << 30, None),  # 228.5 vs cuBLAS 148.0 us: 1.544
+    ),
+    (5120, 18944): (
+        (1, None),  # 57.1 vs cuBLAS 54.0 us: 1.057
+        (4, None),  # 56.8 vs cuBLAS 54.0 us: 1.051
+        (16, Tile(16, 256, 64, 8, 4)),  # 56.6 vs cuBLAS 55.0 us: 1.028
+        (64, None),  # 66.7 vs cuBLAS 52.4 us: 1.273
+        (128, None),  # 94.4 vs cuBLAS 54.3 us: 1.736
+        (1 << 30, None),  # 136.3 vs cuBLAS 73.4 us: 1.857
+    ),
+    (7168, 75776): (
+        (1, Tile(16, 64, 256, 4, 3)),  # 258.1 vs cuBLAS 255.2 us: 1.012
+        (4, Tile(16, 128, 128, 4, 4)),  # 258.0 vs cuBLAS 259.7 us: 0.993
+        (16, Tile(16, 64, 256, 4, 3)),  # 261.9 vs cuBLAS 258.6 us: 1.013
+        (64, None),  # 279.8 vs cuBLAS 265.0 us: 1.056
+        (128, None),  # 397.0 vs cuBLAS 279.2 us: 1.422
+        (1 << 30, None),  # 555.0 vs cuBLAS 408.7 us: 1.358
+    ),
+    (7168, 37888): (
+        (1, Tile(16, 64, 128, 4, 6)),  # 145.8 vs cuBLAS 141.4 us: 1.031
+        (4, Tile(16, 64, 256, 4, 3)),  # 139.4 vs cuBLAS 142.2 us: 0.980
+        (16, Tile(16, 64, 256, 4, 3)),  # 140.3 vs cuBLAS 143.0 us: 0.982
+        (64, None),  # 151.2 vs cuBLAS 143.0 us: 1.057
+        (128, None),  # 231.9 vs cuBLAS 141.2 us: 1.642
+        (1 << 30, None),  # 311.2 vs cuBLAS 205.6 us: 1.514
+    ),
+    (7168, 18944): (
+        (1, Tile(16, 256, 64, 8, 4)),  # 79.1 vs cuBLAS 76.7 us: 1.031
+        (4, Tile(16, 256, 64, 8, 4)),  # 79.2 vs cuBLAS 77.1 us: 1.027
+        (16, Tile(16, 256, 64, 8, 4)),  # 79.5 vs cuBLAS 76.9 us: 1.033
+        (64, None),  # 90.8 vs cuBLAS 72.6 us: 1.251
+        (128, None),  # 130.1 vs cuBLAS 75.5 us: 1.723
+        (1 << 30, None),  # 197.1 vs cuBLAS 105.2 us: 1.874
+    ),
+}
+
+
+def _rows(hidden_size: int, columns: int) -> tuple[Row, ...]:
+    """The swept shape nearest to (H, columns): H first, then columns (log distance)."""
+    if not TABLE:
+        return DEFAULT
+    key = min(TABLE, key=lambda k: (abs(k[0] - hidden_size), abs(k[1] / columns - 1), k))
+    return TABLE[key]
+
+
+def _first(rows: tuple[Row, ...], m: int) -> Tile | None:
+    return next((t for up_to, t in rows if m <= up_to), rows[-1][1])
+
+
+def pick(m: int, hidden_size: int, columns: int, *, forced: bool = False) -> Tile | None:
+    """The tile for ``m`` rows of this shape, fitted to ``hidden_size``; None: cuBLAS.
+    ``forced``: never None (where the table says cuBLAS, the default tile for ``m``)."""
+    tile = _first(_rows(hidden_size, columns), m)
+    if tile is None and forced:
+        tile = _first(DEFAULT, m)
+    return None if tile is None else tile.fit(hidden_size)
+
+
+def tiles(capacity: int, hidden_size: int, columns: int) -> list[Tile]:
+    """Every distinct tile that calls of 1..capacity rows can pick, forced or not (compiled
+    together)."""
+    found: dict[Tile, None] = {}
+    for m in range(1, capacity + 1):
+        for forced in (False, True):
+            t = pick(m, hidden_size, columns, forced=forced)
+            if t is not None:
+                found[t] = None
+    return list(found)
