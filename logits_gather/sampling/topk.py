@@ -11,7 +11,7 @@ has two writers, launched back to back:
   flag is stale).
 - :func:`.overflow.topk_overflow`: only the marked splits (rare), which send their ``k`` largest
   (a radix select). This code lives in its own kernel: inside :func:`topk_local`,
-  never run, it made that kernel 1.7x slower at M=64 (benchmarks/NOTES.md). Its grid
+  never run, it made that kernel 1.7x slower at M=64. Its grid
   is ``(M, P)`` with ``P`` at most ``S`` (:func:`.geometry.idle_programs`): each
   program reads the flags of its share of the row's splits at once and serves the
   marked ones in turn, so the launch is cheap when none is marked.
