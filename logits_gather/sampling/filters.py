@@ -13,7 +13,9 @@ given set of filters). It reproduces :func:`.reference.sample` exactly:
    (4 exchanges); the first round's histogram total is ``Z``, which gives ``thr``;
 5. one exchange of the best noisy score ``s + noise`` over the kept set.
 
-It is also the path every ``sample`` call takes (:mod:`.route`).
+It serves every call the fused kernels do not (:mod:`.route`), and their exact fallback.
+On a fused sampler its scores ``s`` and ``g`` come from the kernels' own elementwise
+pass, so a row that falls back draws the same bits as the fused kernels.
 
 Cost: 2 + 4 (top-k) + 4 (top-p) small exchanges, each a handful of torch ops
 over ``[M, N]``; correct but not fast.
@@ -46,8 +48,11 @@ def sample(
     ``[M, 1]`` tensors (``top_k`` int64, ``top_p`` float64, ``min_p`` fp32) on the
     sampler's device. The caller's ``shard`` is only read."""
     m = shard.shape[0]
-    s = rng.scaled(shard, t)  # a new fp32 tensor, whatever the shard's dtype
-    g = s + rng.gumbel(seed, positions, sampler.ids)
+    if sampler._fused is not None:  # the kernels' bits (vLLM's on the GPU), one pass
+        s, g = sampler._fused.scores(shard, t.view(m), torch.stack((seed, positions), 1))
+    else:  # a new fp32 tensor, whatever the shard's dtype
+        s = rng.scaled(shard, t)
+        g = s + rng.gumbel(seed, positions, sampler.ids)
     ex = sampler._exchange(ops.GREEDY_WIDTH, m)
     ops.pack_greedy(shard, ex.payload[:m])
     ex.payload[:m, _SMAX].copy_(s.amax(1))

@@ -198,8 +198,8 @@ class Fused:
     def scores(
         self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(s, g)`` fp32 ``[M, N]`` for the filter path, in one kernel (bit-identical to
-        :func:`.rng.perturbed`)."""
+        """``(s, g)`` fp32 ``[M, N]`` for the filter path, in one kernel, in the fused
+        kernels' arithmetic (``seed``: int64 ``[M, 2]`` seed, position rows)."""
         m, geo = shard.shape[0], self.geometry("scores")
         x = shard if shard.stride(1) == 1 else shard.contiguous()
         s = torch.empty(m, self.columns, dtype=torch.float32, device=shard.device)
