@@ -27,7 +27,7 @@ N, M = 75776, 64
 
 
 def rows(gen: torch.Generator, dt: torch.dtype, trial: int, dev: torch.device):
-    """``(x, t, seed, p, min_p, k)`` of one call."""
+    """``(x, t, (seed, position), p, min_p, k)`` of one call."""
     scale = (1.0, 3.0, 8.0)[trial % 3]
     x = torch.randn(M, N, device=dev, generator=gen) * scale
     x[::4] = torch.randint(-3, 3, (M // 4, N), device=dev, generator=gen).float() * 2  # ties
@@ -49,7 +49,8 @@ def rows(gen: torch.Generator, dt: torch.dtype, trial: int, dev: torch.device):
     x[5::16] = (torch.randn(M // 16, N, device=dev, generator=gen) * 40).to(dt)
     t[5::16] = 1.0
     k = int(torch.randint(1, 65, (1,), device=dev, generator=gen))
-    return x, t, seed, p, mp, k
+    pos = torch.randint(0, 1 << 31, (M,), device=dev, generator=gen)
+    return x, t, (seed, pos), p, mp, k
 
 
 TICKETS = "--tickets" in sys.argv
@@ -68,30 +69,33 @@ def main() -> int:
         f = Ranks(1, N, M, dev, wait_ctas=0, ticket_rows=0 if TICKETS else None).fused[0]
         wrong = undecided = second = calls = k_rows = k_undecided = 0
         for trial in range(16):
-            x, t, seed, p, mp, k = rows(gen, dt, trial, dev)
-            tok, _ = f.sample_topp(x, t, seed, p, None)
-            want = reference.sample(x, t, seed, top_p=p)
+            x, t, (seed, pos), p, mp, k = rows(gen, dt, trial, dev)
+            sp = torch.stack((seed, pos), 1)  # the fused kernels' seed, position rows
+            tok, _ = f.sample_topp(x, t, sp, p, None)
+            want = reference.sample(x, t, seed, pos, top_p=p)
             wrong += int(((tok != want) & (tok >= 0)).sum())
             undecided += int((tok < 0).sum())
             second += int((f.spilled != 0x7FFFFFFF).sum())
-            tok = f.sample_topk(x, t, seed, k, p, mp)
-            wrong += int((tok != reference.sample(x, t, seed, top_k=k, top_p=p, min_p=mp)).sum())
-            tok = f.sample(x, t, seed, k)
-            wrong += int((tok != reference.sample(x, t, seed, top_k=k)).sum())
+            tok = f.sample_topk(x, t, sp, k, p, mp)
+            wrong += int(
+                (tok != reference.sample(x, t, seed, pos, top_k=k, top_p=p, min_p=mp)).sum()
+            )
+            tok = f.sample(x, t, sp, k)
+            wrong += int((tok != reference.sample(x, t, seed, pos, top_k=k)).sum())
             # A per-row k whose rows turn top-k off (0 or V) in top-k's launches (rowk.py),
             # with min-p on odd trials.
             pick = torch.randint(0, 5, (M,), device=dev, generator=gen)
             kr = torch.tensor([0, 1, k, 64, N], device=dev)[pick]
             mpr = mp if trial % 2 else None
             need = torch.ones(1, dtype=torch.bool, device=dev)  # the kernel must clear it
-            tok = f.sample_topk(x, t, seed, kr, None, mpr, need)
-            want = reference.sample(x, t, seed, top_k=torch.where(kr >= N, 0, kr), min_p=mpr)
+            tok = f.sample_topk(x, t, sp, kr, None, mpr, need)
+            want = reference.sample(x, t, seed, pos, top_k=torch.where(kr >= N, 0, kr), min_p=mpr)
             wrong += int((tok != want).sum()) + int(need)
             # A per-row k (any value) with top-p in top-p's launches (rowk.py): decided rows.
             kr = torch.tensor([0, 1, k, 64, N, 300], device=dev)[pick]
-            tok, _, second_round = f.topp_rounds(x, t, seed, p, mpr, kr)
+            tok, _, second_round = f.topp_rounds(x, t, sp, p, mpr, kr)
             second_round()  # always
-            want = reference.sample(x, t, seed, top_k=kr, top_p=p, min_p=mpr)
+            want = reference.sample(x, t, seed, pos, top_k=kr, top_p=p, min_p=mpr)
             wrong += int(((tok != want) & (tok >= 0)).sum())
             on = (kr > 0) & (kr < N)
             k_undecided += int(((tok < 0) & on).sum())

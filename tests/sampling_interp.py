@@ -103,6 +103,8 @@ def run(
     if m > 7:
         temp[7] = 1.0
     seeds = torch.randint(-(2**62), 2**62, (m,), generator=gen)
+    pos = torch.randint(0, 2**31, (m,), generator=gen)
+    rows = torch.stack((seeds, pos), 1)  # the fused kernels' seed, position rows
     ids = torch.randint(0, v, (m,), generator=gen)
     fails = 0
     ops = [("greedy", None), ("sample", None)] + [("sample_k", k) for k in (1, 3, 20, 64)]
@@ -179,7 +181,7 @@ def run(
 
             def one(r, op=op, arg=arg, outs=outs):
                 shard = full[:, r * n : (r + 1) * n].contiguous()
-                outs[r] = _call(fs[r], op, arg, shard, temp, seeds, ids)
+                outs[r] = _call(fs[r], op, arg, shard, temp, rows, ids)
 
             threads = [threading.Thread(target=one, args=(r,)) for r in range(world)]
             for th in threads:
@@ -191,7 +193,7 @@ def run(
                 ok = torch.equal(got, full.argmax(1))
             elif op == "topp":
                 got, need = got
-                want = reference.sample(full, temp, seeds, top_p=arg[0], min_p=arg[1])
+                want = reference.sample(full, temp, seeds, pos, top_p=arg[0], min_p=arg[1])
                 decided = got >= 0
                 ok = torch.equal(got[decided], want[decided]) and bool(need) == bool(
                     (~decided).any()
@@ -204,7 +206,7 @@ def run(
                     print(op, "got", got.tolist(), "want", want.tolist())
             elif op == "topk_f":
                 k, p, mp = arg
-                want = reference.sample(full, temp, seeds, top_k=k, top_p=p, min_p=mp)
+                want = reference.sample(full, temp, seeds, pos, top_k=k, top_p=p, min_p=mp)
                 ok = torch.equal(got, want)
                 if not ok:
                     print(op, "got", got.tolist(), "want", want.tolist())
@@ -213,7 +215,7 @@ def run(
                 k, mp = arg
                 served = (k <= 64) | (k >= v)
                 want = reference.sample(
-                    full, temp, seeds, top_k=torch.where(k >= v, 0, k), min_p=mp
+                    full, temp, seeds, pos, top_k=torch.where(k >= v, 0, k), min_p=mp
                 )
                 ok = torch.equal(got[served], want[served]) and bool(need) == bool((~served).any())
                 if not ok:
@@ -221,7 +223,7 @@ def run(
             elif op == "rowkp":
                 got, need = got
                 k, p, mp = arg
-                want = reference.sample(full, temp, seeds, top_k=k, top_p=p, min_p=mp)
+                want = reference.sample(full, temp, seeds, pos, top_k=k, top_p=p, min_p=mp)
                 decided = got >= 0
                 ok = torch.equal(got[decided], want[decided]) and bool(need) == bool(
                     (~decided).any()
@@ -232,7 +234,7 @@ def run(
                     print(op, "got", got.tolist(), "want", want.tolist(), "need", bool(need))
             elif op.startswith("sample") or op == "minp":
                 f = dict(min_p=arg) if op == "minp" else dict(top_k=arg)
-                want = reference.sample(full, temp, seeds, **f)
+                want = reference.sample(full, temp, seeds, pos, **f)
                 ok = torch.equal(got, want)
                 if not ok:
                     print(op, arg, "got", got.tolist(), "want", want.tolist())

@@ -72,11 +72,11 @@ def _ranks(launch_lock: threading.Lock) -> list[fused.Fused]:
     return fs
 
 
-def _call(f: fused.Fused, always: bool, shard, t, seeds, p) -> tuple[torch.Tensor, list]:
+def _call(f: fused.Fused, always: bool, shard, t, rows, p) -> tuple[torch.Tensor, list]:
     if always:
-        out, need = f.sample_topp(shard, t, seeds, p, None)
+        out, need = f.sample_topp(shard, t, rows, p, None)
         return out, [bool(need), None]
-    out, flags, second = f.topp_rounds(shard, t, seeds, p, None)
+    out, flags, second = f.topp_rounds(shard, t, rows, p, None)
     if bool(flags[1]):
         second()
     return out, flags.tolist()
@@ -93,6 +93,8 @@ def main() -> int:
         dense[:, :70], dense[:, 2048:2100] = 12.0, 11.9  # neither round decides these
         temp = torch.rand(M, generator=gen) + 0.3
         seeds = torch.randint(-(2**62), 2**62, (M,), generator=gen)
+        pos = torch.randint(0, 2**31, (M,), generator=gen)
+        rows = torch.stack((seeds, pos), 1)  # the fused kernels' seed, position rows
         calls = [
             (False, rnd, temp, 0.9),
             (False, dense, temp, 0.5),
@@ -105,16 +107,16 @@ def main() -> int:
             pv = torch.full((M,), p, dtype=torch.float64)
             res: list = [None] * WORLD
 
-            def one(r, always=always, full=full, t=t, pv=pv, res=res, seeds=seeds):
+            def one(r, always=always, full=full, t=t, pv=pv, res=res, rows=rows):
                 shard = full[:, r * N : (r + 1) * N].contiguous()
-                res[r] = _call(fs[r], always, shard, t, seeds, pv)
+                res[r] = _call(fs[r], always, shard, t, rows, pv)
 
             threads = [threading.Thread(target=one, args=(r,)) for r in range(WORLD)]
             for th in threads:
                 th.start()
             for th in threads:
                 th.join()
-            want = reference.sample(full, t, seeds, top_p=pv)
+            want = reference.sample(full, t, seeds, pos, top_p=pv)
             for r, (out, flags) in enumerate(res):
                 decided = out >= 0
                 ok = torch.equal(out[decided], want[decided])

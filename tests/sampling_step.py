@@ -51,6 +51,7 @@ class Step:
         self.peaked = torch.empty(M, n, dtype=torch.bfloat16, device=dev)
         self.temp = torch.empty(M, device=dev)
         self.seeds = torch.empty(M, dtype=torch.int64, device=dev)
+        self.pos = torch.empty(M, dtype=torch.int64, device=dev)
         self.ids = torch.empty(M, dtype=torch.int64, device=dev)
         self.top_k = torch.empty(M, dtype=torch.int64, device=dev)
         self.top_p = torch.empty(M, device=dev)
@@ -76,6 +77,7 @@ class Step:
         u = torch.rand(M, device=dev, generator=gen)
         self.temp.copy_(torch.where(u < 0.2, 0.0, u * 2))  # about a fifth greedy rows
         self.seeds.copy_(torch.randint(-(2**62), 2**62, (M,), device=dev, generator=gen))
+        self.pos.copy_(torch.randint(0, 2**31, (M,), device=dev, generator=gen))
         self.ids.copy_(torch.randint(0, n * self.world, (M,), device=dev, generator=gen))
         self.top_k.copy_(torch.randint(0, 80, (M,), device=dev, generator=gen))
         self.top_p.copy_(torch.rand(M, device=dev, generator=gen).clamp_(min=0.05))
@@ -84,18 +86,19 @@ class Step:
 
     def calls(self) -> list[Callable[[], Any]]:
         s, x, t, seeds = self.sampler, self.shard, self.temp, self.seeds
+        pos = self.pos
         k, p, mp = self.top_k, self.top_p, self.min_p
         return [
             lambda: s.greedy(x),
-            lambda: s.sample(x, t, seeds),
-            lambda: s.sample(x, t, seeds, top_k=20),
-            lambda: s.sample(x, t, seeds, top_k=k, top_p=p, min_p=mp),
-            lambda: s.sample(x, t, seeds, top_p=0.9),
-            lambda: s.sample(x, t, seeds, min_p=mp),
-            lambda: s.logprobs(x, self.ids, 5),
-            lambda: s.sample(self.peaked, t, seeds, top_p=p, min_p=mp),
-            lambda: s.sample(x, t, seeds, top_k=40, top_p=p, min_p=mp),
-            lambda: s.sample(self.spilled, self.ones, seeds, top_p=SPILL_TOP_P),  # last top-p
+            lambda: s.sample(x, t, seeds, pos),
+            lambda: s.sample(x, t, seeds, pos, top_k=20),
+            lambda: s.sample(x, t, seeds, pos, top_k=k, top_p=p, min_p=mp),
+            lambda: s.sample(x, t, seeds, pos, top_p=0.9),
+            lambda: s.sample(x, t, seeds, pos, min_p=mp),
+            lambda: s.logprobs(x, self.ids, top_n=5),
+            lambda: s.sample(self.peaked, t, seeds, pos, top_p=p, min_p=mp),
+            lambda: s.sample(x, t, seeds, pos, top_k=40, top_p=p, min_p=mp),
+            lambda: s.sample(self.spilled, self.ones, seeds, pos, top_p=SPILL_TOP_P),  # last top-p
         ]
 
     def __call__(self) -> tuple:
@@ -105,25 +108,26 @@ class Step:
         from logits_gather.sampling import reference
 
         full, sharp, t, seeds = self.full, self.sharp, self.temp, self.seeds
+        pos = self.pos
         k, p, mp = self.top_k, self.top_p, self.min_p
         g, s, s20, sf, sp, smin, lp, speaked, skp, sspill = out
-        want = reference.sample(self.spill, self.ones, seeds, top_p=SPILL_TOP_P)
+        want = reference.sample(self.spill, self.ones, seeds, pos, top_p=SPILL_TOP_P)
         assert torch.equal(sspill, want), f"{where} top_p, round 2"
         fused = self.sampler._fused
         flags = fused.topp_flags.tolist()
         lam = sorted(set(fused.spilled.tolist()))  # one level: every row alike
         assert flags == [False, True], f"{where} round 2: (need, more) = {flags}, lam {lam}"
-        want = reference.sample(full, t, seeds, top_k=40, top_p=p, min_p=mp)
+        want = reference.sample(full, t, seeds, pos, top_k=40, top_p=p, min_p=mp)
         assert torch.equal(skp, want), f"{where} top_k=40 with top_p and min_p"
-        want = reference.sample(sharp, t, seeds, top_p=p, min_p=mp)
+        want = reference.sample(sharp, t, seeds, pos, top_p=p, min_p=mp)
         assert torch.equal(speaked, want), f"{where} top_p (peaked, odd: fallback rows)"
         assert torch.equal(g, full.argmax(1)), where
-        assert torch.equal(s, reference.sample(full, t, seeds)), where
-        assert torch.equal(s20, reference.sample(full, t, seeds, 20)), where
-        want = reference.sample(full, t, seeds, top_k=k, top_p=p, min_p=mp)
+        assert torch.equal(s, reference.sample(full, t, seeds, pos)), where
+        assert torch.equal(s20, reference.sample(full, t, seeds, pos, top_k=20)), where
+        want = reference.sample(full, t, seeds, pos, top_k=k, top_p=p, min_p=mp)
         assert torch.equal(sf, want), f"{where} filters"
-        assert torch.equal(sp, reference.sample(full, t, seeds, top_p=0.9)), where
-        assert torch.equal(smin, reference.sample(full, t, seeds, min_p=mp)), f"{where} min_p"
-        want = reference.logprobs(full, self.ids, 5)
+        assert torch.equal(sp, reference.sample(full, t, seeds, pos, top_p=0.9)), where
+        assert torch.equal(smin, reference.sample(full, t, seeds, pos, min_p=mp)), f"{where} min_p"
+        want = reference.logprobs(full, self.ids, top_n=5)
         close(lp.logprobs, want.logprobs, where)
         assert torch.equal(lp.top_ids, want.top_ids), where

@@ -80,6 +80,13 @@ def _bad_inputs(rank: int, n: int, sampling) -> list[str]:
     _expect_error(errors, ValueError, "length M=4", sampling.sample, x, torch.ones(3), s)
     _expect_error(errors, ValueError, "length M=4", sampling.sample, x, t, torch.arange(5))
     _expect_error(errors, TypeError, "integer dtype", sampling.sample, x, t, s.float())
+    # a stray positional argument is taken as positions, and rejected as such
+    _expect_error(
+        errors, TypeError, "positions must be a torch.Tensor", sampling.sample, x, t, s, 50
+    )
+    _expect_error(errors, ValueError, "positions", sampling.sample, x, t, s, torch.arange(3))
+    _expect_error(errors, TypeError, "integer dtype", sampling.sample, x, t, s, t)
+    _expect_error(errors, TypeError, "positional", sampling.logprobs, x, ids, 5)
     _expect_error(errors, TypeError, "floating dtype", sampling.sample, x, s, s)
     _expect_error(
         errors,
@@ -197,6 +204,7 @@ def _check(rank: int, world: int, seed: int) -> dict:
             assert torch.equal(explicit.greedy(shard), torch.argmax(full, 1)), where
             temp = torch.tensor([0.0, 0.3, 1.0, 2.5])[torch.randint(0, 4, (m,), generator=gen)]
             seeds = torch.randint(-(2**62), 2**62, (m,), generator=gen)
+            pos = torch.randint(0, 2**31, (m,), generator=gen)
             sweep = dtype == torch.bfloat16 and kind == "ties"
             for k in TOP_KS + (_tie_boundaries(full) if sweep else ()):
                 got = sampling.sample(shard, temp, seeds, top_k=k)
@@ -206,8 +214,9 @@ def _check(rank: int, world: int, seed: int) -> dict:
                 calls += 1
             if sweep:
                 _check_threshold(explicit, full, shard, where)
-            got = explicit.sample(shard, temp.double(), seeds.int(), top_k=5)
-            assert torch.equal(got, reference.sample(full, temp, seeds.int(), top_k=5)), where
+            got = explicit.sample(shard, temp.double(), seeds.int(), pos.int(), top_k=5)
+            want = reference.sample(full, temp, seeds.int(), pos, top_k=5)
+            assert torch.equal(got, want), where
             # The filter path costs up to 10 exchanges a call: every kind in bf16, one in fp32.
             filtered = dtype == torch.bfloat16 or (
                 dtype == torch.float32 and kind == "ties" and world <= 2
@@ -215,8 +224,8 @@ def _check(rank: int, world: int, seed: int) -> dict:
             for i, f in enumerate(_filters(gen, m, full) if filtered else []):
                 if world > 2 and i not in (3, 6, 7):  # tp 3, 4: the adversarial ones
                     continue
-                got = sampling.sample(shard, temp, seeds, **f)
-                want = reference.sample(full, temp, seeds, **f)
+                got = sampling.sample(shard, temp, seeds, pos, **f)
+                want = reference.sample(full, temp, seeds, pos, **f)
                 assert torch.equal(got, want), f"{where} {f}: {got} != {want}"
                 tokens[f"{dtype} {kind} filter {i}"] = got.tolist()
                 calls += 1
@@ -320,7 +329,7 @@ def test_equivalence(world_size: int) -> None:
     """Exact greedy and sample, logprobs within TOL, identical errors on every rank."""
     results = run_ranks(_check, world_size, SEED)
     errors = results[0]["errors"]
-    assert len(errors) == 27
+    assert len(errors) == 31
     for r, res in enumerate(results):
         assert res["errors"] == errors, f"rank {r} raised differently"
         assert res["after_errors"] == [(world_size - 1) * (V // world_size)] * 2
@@ -361,26 +370,44 @@ def test_reference_tie_rules() -> None:
     assert got.tolist() == [0, 3, 0]
 
 
-def test_scores_are_x_times_the_rounded_reciprocal() -> None:
-    """The definition's scores: ``x * RN(1 / T)`` in IEEE fp32, each product rounded once
-    (numpy's float32 arithmetic as the independent side), ``T <= 0`` read as 1, ``x``
-    itself at ``T = 1``; not ``x / T``, which differs in some elements."""
+def test_scores_are_x_divided_by_t() -> None:
+    """The definition's scores, as vLLM's temperature kernel: ``x / T`` in IEEE fp32
+    (numpy's float32 division as the independent side), ``x`` itself at ``T = 0`` and
+    ``T = 1``; the caller's logits stay untouched, fp32 ones included."""
     import numpy as np
 
     from logits_gather.sampling import rng
 
     gen = torch.Generator().manual_seed(random.randrange(2**31))
-    x = (torch.randn(5, 4096, generator=gen) * 7).to(torch.bfloat16)
-    t = torch.tensor([0.7, 0.0, 1.0, 3.3, -2.0])
-    got = rng.scaled(x, t[:, None]).numpy().view(np.int32)
-    tn = np.where(t.numpy() > 0, t.numpy(), np.float32(1.0)).astype(np.float32)
-    r = (np.float32(1.0) / tn).astype(np.float32)
-    want = (x.float().numpy() * r[:, None]).astype(np.float32)
-    assert np.array_equal(got, want.view(np.int32))
-    for row in (1, 2, 4):  # T = 0, 1 and -2: s = x
-        assert np.array_equal(got[row], x[row].float().numpy().view(np.int32)), row
-    divided = (x.float().numpy() / tn[:, None]).astype(np.float32).view(np.int32)
-    assert (got[0] != divided[0]).any() or (got[3] != divided[3]).any()
+    for dtype in (torch.bfloat16, torch.float32):
+        x = (torch.randn(5, 4096, generator=gen) * 7).to(dtype)
+        before = x.clone()
+        t = torch.tensor([0.7, 0.0, 1.0, 3.3, 0.05])
+        got = rng.scaled(x, t[:, None]).numpy().view(np.int32)
+        assert torch.equal(x, before), dtype
+        tn = np.where((t.numpy() == 0) | (t.numpy() == 1), np.float32(1.0), t.numpy())
+        want = (x.float().numpy() / tn.astype(np.float32)[:, None]).astype(np.float32)
+        assert np.array_equal(got, want.view(np.int32)), dtype
+        for row in (1, 2):  # T = 0 and 1: s = x
+            assert np.array_equal(got[row], x[row].float().numpy().view(np.int32)), row
+
+
+def test_positions_key_the_noise() -> None:
+    """The noise is keyed by (seed, position, token id): another position gives another
+    draw, the same position the same one; ``positions=None`` is position 0."""
+    from logits_gather.sampling import reference
+
+    r = 256
+    x = torch.zeros(r, 64)
+    t = torch.ones(r)
+    seeds = torch.full((r,), 12345)
+    zero = reference.sample(x, t, seeds)
+    assert torch.equal(reference.sample(x, t, seeds, torch.zeros(r, dtype=torch.int64)), zero)
+    pos = torch.arange(r)
+    moved = reference.sample(x, t, seeds, pos)
+    assert (moved != zero).float().mean() > 0.9
+    assert torch.equal(reference.sample(x, t, seeds, pos), moved)
+    assert len(set(moved.tolist())) > 40  # one seed, many positions: spread over the row
 
 
 def test_fused_path_policy(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -98,19 +98,21 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
     shards = [full[:, r * n : (r + 1) * n] for r in range(world)]
     temp = torch.tensor([rng.choice([0.0, 0.3, 0.8, 1.0, 1.7]) for _ in range(m)], device=dev)
     seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev)
+    pos = torch.randint(0, 2**31, (m,), device=dev)
+    rows = torch.stack((seed, pos), 1)  # the fused kernels' seed, position rows
     ids = torch.randint(0, V, (m,), device=dev)
     min_p = torch.tensor([rng.choice([0.01, 0.1, 0.5]) for _ in range(m)], device=dev)
     out = [
         ("greedy", lambda f, r: f.greedy(shards[r]), full.argmax(1)),
-        ("sample", lambda f, r: f.sample(shards[r], temp, seed, None),
-         reference.sample(full, temp, seed)),
-        ("min_p", lambda f, r: f.sample_minp(shards[r], temp, seed, min_p),
-         reference.sample(full, temp, seed, min_p=min_p)),
+        ("sample", lambda f, r: f.sample(shards[r], temp, rows, None),
+         reference.sample(full, temp, seed, pos)),
+        ("min_p", lambda f, r: f.sample_minp(shards[r], temp, rows, min_p),
+         reference.sample(full, temp, seed, pos, min_p=min_p)),
     ]  # fmt: skip
     for k in TOP_KS:
         out.append(
-            (f"top_k={k}", lambda f, r, k=k: f.sample(shards[r], temp, seed, k),
-             reference.sample(full, temp, seed, top_k=k))
+            (f"top_k={k}", lambda f, r, k=k: f.sample(shards[r], temp, rows, k),
+             reference.sample(full, temp, seed, pos, top_k=k))
         )  # fmt: skip
     p64 = torch.tensor([rng.choice([0.9, 1.0, 0.5, 1e-6, 0.99]) for _ in range(m)], device=dev,
                        dtype=torch.float64)  # fmt: skip
@@ -120,19 +122,19 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
                                                                device=dev)  # fmt: skip
         lm = mp
         out.append(
-            (name, lambda f, r, pm=pm, lm=lm: f.sample_topp(shards[r], temp, seed, pm, lm),
-             reference.sample(full, temp, seed, top_p=pm, min_p=mp))
+            (name, lambda f, r, pm=pm, lm=lm: f.sample_topp(shards[r], temp, rows, pm, lm),
+             reference.sample(full, temp, seed, pos, top_p=pm, min_p=mp))
         )  # fmt: skip
     # A per-row k (any value) with top-p, in top-p's launches (rowk.py); both rounds run.
     kr = torch.tensor([rng.choice([0, 1, 7, 50, 64, 300, V]) for _ in range(m)], device=dev)
 
     def rows_k(f, r, kr=kr, p=p64, lm=min_p):
-        out, flags, second = f.topp_rounds(shards[r], temp, seed, p, lm, kr)
+        out, flags, second = f.topp_rounds(shards[r], temp, rows, p, lm, kr)
         second()
         return out, flags[:1]
 
-    out.append(("top_p=[M],top_k=[M],min_p", rows_k,
-                reference.sample(full, temp, seed, top_k=kr, top_p=p64, min_p=min_p)))  # fmt: skip
+    want = reference.sample(full, temp, seed, pos, top_k=kr, top_p=p64, min_p=min_p)
+    out.append(("top_p=[M],top_k=[M],min_p", rows_k, want))
     for name, k, p, mp in (("top_k=20,top_p=0.9", 20, 0.9, None), ("top_k=3,min_p", 3, None, 1),
                            ("top_k=50,top_p=[M],min_p", 50, p64, 1),
                            ("top_k=64,top_p=0.5", 64, 0.5, None),
@@ -143,13 +145,13 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
                                                            device=dev)  # fmt: skip
         lm = mp = None if mp is None else min_p
         out.append(
-            (name, lambda f, r, k=k, pm=pm, lm=lm: f.sample_topk(shards[r], temp, seed, k, pm, lm),
-             reference.sample(full, temp, seed, top_k=k, top_p=pm, min_p=mp))
+            (name, lambda f, r, k=k, pm=pm, lm=lm: f.sample_topk(shards[r], temp, rows, k, pm, lm),
+             reference.sample(full, temp, seed, pos, top_k=k, top_p=pm, min_p=mp))
         )  # fmt: skip
     for top_n in (0, 1, 5, 20):
         out.append(
             (f"top_n={top_n}", lambda f, r, n_=top_n: f.logprobs(shards[r], ids, n_),
-             reference.logprobs(full, ids, top_n))
+             reference.logprobs(full, ids, top_n=top_n))
         )  # fmt: skip
     return out
 
@@ -227,12 +229,14 @@ def test_topp_second_round_decides_a_dense_split() -> None:
     shards = [full[:, r * (V // world) : (r + 1) * (V // world)] for r in range(world)]
     temp = torch.tensor([0.8, 1.0, 0.8, 1.3], device=dev)
     seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev)
+    pos = torch.randint(0, 2**31, (m,), device=dev)
+    rows = torch.stack((seed, pos), 1)  # the fused kernels' seed, position rows
     p = torch.full((m,), 0.5, dtype=torch.float64, device=dev)
-    call = lambda f, r: f.sample_topp(shards[r], temp, seed, p, None)  # noqa: E731
+    call = lambda f, r: f.sample_topp(shards[r], temp, rows, p, None)  # noqa: E731
     ranks.warm(call)
     for _ in range(3):
         outs = ranks.run(call, (rng.randrange(world), rng.randrange(0, 200_000)))
-        _topp_ok(ranks, outs, reference.sample(full, temp, seed, top_p=p), "dense split")
+        _topp_ok(ranks, outs, reference.sample(full, temp, seed, pos, top_p=p), "dense split")
         again = ranks.fused[0].spilled != 0x7FFFFFFF
         assert bool(again[1]), "round 1 decided the dense-split row: the test lost its case"
         assert bool((outs[0][0][again] >= 0).all()), "round 2 left the dense-split row"

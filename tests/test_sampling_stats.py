@@ -211,14 +211,25 @@ def test_filtered_distribution_tp2(seed: int) -> None:
 
 
 def test_noise_is_uniform_and_independent() -> None:
-    """23-bit uniforms: flat over 256 bins, and no dependence between adjacent seeds
-    or adjacent columns (16 x 16 joint bins)."""
+    """vLLM's murmur3 uniforms: flat over 256 bins, and no dependence between adjacent
+    seeds, adjacent positions or adjacent token ids (16 x 16 joint bins)."""
     from logits_gather.sampling import rng
 
     base = random.randrange(2**40)
-    keys = rng.row_keys(torch.arange(base, base + 512))
-    g = -rng.neg_log_neg_log_uniform(keys, rng.column_counters(random.randrange(10**6), 512, "cpu"))
-    u = torch.exp(-torch.exp(-g.double()))  # back to the uniform
+    ids = torch.arange(512) + random.randrange(10**6)
+    for seeds, pos in (
+        (torch.arange(base, base + 512), torch.full((512,), 7)),
+        (torch.full((512,), base), torch.arange(512)),
+    ):
+        u = rng.uniform(seeds, pos, ids).double()
+        assert 0 < float(u.min()) and float(u.max()) < 1
+        flat = torch.bincount((u * 256).long().flatten(), minlength=256)
+        assert chi2_p(flat, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA
+        b = (u * 16).long()
+        for joint in (b[:-1] * 16 + b[1:], b[:, :-1] * 16 + b[:, 1:]):
+            cells = torch.bincount(joint.flatten(), minlength=256)
+            assert chi2_p(cells, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA
+    g = rng.gumbel(seeds, pos, ids)
     assert 0 < float(u.min()) and float(u.max()) < 1
     flat = torch.bincount((u * 256).long().flatten(), minlength=256)
     assert chi2_p(flat, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA

@@ -11,15 +11,11 @@ off GPUs) carry the values.
 - :func:`greedy` equals ``torch.argmax`` of the gathered logits (ties: lowest
   id; NaN: the first NaN).
 - :func:`sample` equals :func:`reference.sample` on the gathered logits bit for
-  bit at every tp: Gumbel-max with counter-based noise keyed by
-  ``(seed[i], global column)``, temperature, then min-p and top-k, then top-p,
-  each a scalar or per row (the definition and every tie rule: :mod:`.reference`).
-  On CUDA with Triton (and at most 4 ranks by default), plain sampling, an int
-  ``top_k <= 64``, ``min_p`` alone and ``top_p`` (scalar or per row, with or
-  without ``min_p``) are fused (:mod:`.fused`; top-p's rows that its candidates
-  cannot decide, and then the whole call, take the exact path: :mod:`.topp`);
-  per-row ``top_k``, ``top_k`` with other filters and larger ``top_k`` take the
-  exact torch-ops filter path (:mod:`.filters`).
+  bit at every tp: vLLM's V2 sampling (Gumbel-max with murmur3 noise keyed by
+  ``(seed[i], positions[i], global token id)``, ``x / T``, min-p), then an exact
+  top-k and top-p of our own, each a scalar or per row (the definition and every
+  tie rule: :mod:`.reference`). Every call takes the exact torch-ops path
+  (:mod:`.filters`, :mod:`.route`).
 - :func:`logprobs` is within ``1e-6 * (1 + |ref|)`` of the exact log_softmax and
   within ``2e-5 * (1 + |ref|)`` of ``torch.log_softmax(gathered.float(), 1)``.
 
@@ -40,7 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import checks, exchange, route
+from . import checks, exchange, reference, route
 from .sampler import MAX_CANDIDATES, Logprobs, VocabParallelSampler
 
 _samplers: dict[tuple[Any, ...], VocabParallelSampler] = {}
@@ -65,13 +61,13 @@ def cached_sampler(
     sampler = _samplers.get(key)
     if sampler is None:
         capacity = 1 << max(m - 1, 1).bit_length()
-        sampler = VocabParallelSampler(shard.shape[1], capacity, group, shard.device)
+        sampler = VocabParallelSampler(shard.shape[1], capacity, shard.device, group)
         sampler._grow = True
         _samplers[key] = sampler
     return sampler
 
 
-def greedy(shard: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+def greedy(shard: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Global argmax ``[M]`` of the gathered logits; see :meth:`VocabParallelSampler.greedy`."""
     _world(group)
     checks.shard(shard)
@@ -82,10 +78,12 @@ def sample(
     shard: torch.Tensor,
     temperature: torch.Tensor,
     seed: torch.Tensor,
-    group: dist.ProcessGroup | None = None,
+    positions: torch.Tensor | None = None,
+    *,
     top_k: int | torch.Tensor | None = None,
     top_p: float | torch.Tensor | None = None,
     min_p: float | torch.Tensor | None = None,
+    group: dist.ProcessGroup | None = None,
 ) -> torch.Tensor:
     """Sampled token ids ``[M]``; see :meth:`VocabParallelSampler.sample`."""
     m = checks.shard(shard)
@@ -93,19 +91,21 @@ def sample(
     dev = shard.device
     t = checks.temperature(temperature, m, dev, True)
     seeds = checks.seed(seed, m, dev)
+    pos = checks.positions(positions, m, dev)
     k = checks.top_k(top_k, m, vocab, dev)
     p = checks.top_p(top_p, m, dev)
     mp = checks.min_p(min_p, m, dev)
     sampler = cached_sampler(shard, group)
     sampler._rows(shard)
-    return route.sample(sampler, shard, t, seeds, k, p, mp)
+    return route.sample(sampler, shard, t, seeds, pos, k, p, mp)
 
 
 def logprobs(
     shard: torch.Tensor,
     token_ids: torch.Tensor,
-    group: dist.ProcessGroup | None = None,
+    *,
     top_n: int = 0,
+    group: dist.ProcessGroup | None = None,
 ) -> Logprobs:
     """Token logprobs and optional top-n; see :meth:`VocabParallelSampler.logprobs`."""
     m = checks.shard(shard)
@@ -124,5 +124,6 @@ __all__ = [
     "cached_sampler",
     "greedy",
     "logprobs",
+    "reference",
     "sample",
 ]

@@ -59,7 +59,9 @@ def _row_vector(
     """``x`` checked, as a contiguous ``dtype`` tensor on ``device`` (default: fp32 or
     int64 by ``kind``): the fused kernels index rows as ``ptr + row``."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of length M={m}, got {type(x).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor of length M={m}, got {type(x).__name__} {x!r:.40}"
+        )
     floating = x.dtype.is_floating_point
     integral = not floating and not x.dtype.is_complex and x.dtype != torch.bool
     if (kind == "float" and not floating) or (kind == "int" and not integral):
@@ -92,6 +94,13 @@ def temperature(x: Any, m: int, device: torch.device, check_values: bool) -> tor
 def seed(x: Any, m: int, device: torch.device) -> torch.Tensor:
     """Returns the seeds as int64 ``[M]`` on ``device`` (any integer dtype is accepted)."""
     return _row_vector("seed", x, m, device, "int")
+
+
+def positions(x: Any, m: int, device: torch.device) -> torch.Tensor:
+    """Returns the positions as int64 ``[M]`` on ``device``; None means zeros."""
+    if x is None:
+        return torch.zeros(m, dtype=torch.int64, device=device)
+    return _row_vector("positions", x, m, device, "int")
 
 
 def token_ids(x: Any, m: int, vocab: int, device: torch.device, check_values: bool) -> torch.Tensor:

@@ -15,7 +15,7 @@ the capture in progress on the current stream:
    :class:`Conditional`'s own, one per nesting level, created with it: a stream from
    torch's pool (``torch.cuda.Stream()`` hands its 32 streams out in turn) is at times
    the very stream whose capture is in progress, and beginning a capture on it fails
-   (``CUresult 401``: in session 18, on every capture of 20 top-p calls, 40 IF nodes,
+   (``CUresult 401``: measured on every capture of 20 top-p calls, 40 IF nodes,
    and on 2 of 18 captures of 1 to 3 calls).
 
 Requirements: a driver with conditional nodes (CUDA >= 12.4), NVRTC, and a capture

@@ -14,7 +14,7 @@ from triton.language.extra import libdevice
 
 from . import ll
 from .kernels import _target
-from .keys import KEY_MIN, index, inv_t, kth_largest, ordered32, ordered_value, scale, value
+from .keys import KEY_MIN, divisor, index, kth_largest, ordered32, ordered_value, scale, value
 
 
 @triton.jit
@@ -86,7 +86,7 @@ def topk_reduce(
     THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """Top-k, between the rounds: the row's greedy key and the bound, ``ordered32`` of
-    ``x_b * (1 / T)`` where ``x_b`` is the k-th largest group maximum of x; the lowest int32
+    ``x_b / T`` where ``x_b`` is the k-th largest group maximum of x; the lowest int32
     when fewer than k groups hold a column (no bound: every element is a candidate).
     ``BITS`` 16 (bfloat16 inputs): the radix select runs over the top 16 bits of the
     keys, which order bfloat16 values exactly (two rounds instead of four)."""
@@ -122,7 +122,7 @@ def reduce_row(
         uk = tl.where(uk < 0x80000000, uk | 0xFFFF, uk)
     xb = ordered_value(uk ^ 0x80000000)
     t = tl.load(t_ptr + row)
-    low = ordered32(scale(xb, inv_t(t)))
+    low = ordered32(scale(xb, divisor(t)))
     tl.store(gbest_ptr + row, tl.max(tl.where(ok, gx, KEY_MIN), 0))
     tl.store(low_ptr + row, tl.where(count >= kr, low, -0x7FFFFFFF - 1))
     tl.store(epoch + row, ep)
@@ -130,7 +130,7 @@ def reduce_row(
 
 @triton.jit
 def _use_greedy(t, gbest):
-    smax = scale(value(gbest), inv_t(t))
+    smax = scale(value(gbest), divisor(t))
     return (t == 0.0) | (smax != smax) | (tl.abs(smax) == float("inf"))
 
 

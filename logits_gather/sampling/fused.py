@@ -15,8 +15,7 @@ Each operation has one launch geometry (the same on every rank; its mailbox layo
 follows from it). The noise-heavy writers (sampling, min-p, the filter path's
 scores, logprobs with ``top_n``) run :data:`NARROW` (2048 columns, 4 warps): over
 tp=2's per-rank 75776 columns on one H200, the sampling local kernel took 20.8 us at
-M=64 against 26.2 us at 4096 x 8 (``scripts/sampling-kernel-times.py``,
-benchmarks/NOTES.md). The others run
+M=64 against 26.2 us at 4096 x 8 (``scripts/sampling-kernel-times.py``). The others run
 :data:`WIDE`: greedy and plain logprobs gain nothing from more CTAs, and top-k's
 final kernel scores every split's candidate slots, so fewer splits serve it better.
 """
@@ -91,7 +90,7 @@ class Fused:
         are within about 1 us either way (greedy at M=64 8.9 us in one launch, 8.3 in two;
         logprobs with top_n=5 18.3 and 19.5), and in a replay the launches cost the host
         nothing, while in eager calls the second launch's host cost is what made greedy
-        slower than gather + argmax (benchmarks/NOTES.md, session 14)."""
+        slower than gather + argmax."""
         self.columns, self.world, self.rank = columns, world, rank
         self.col0 = rank * columns
         self.wide = Geometry.of(columns, world, *WIDE)
@@ -199,8 +198,8 @@ class Fused:
     def scores(
         self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(s, g)`` fp32 ``[M, N]`` for the filter path, in one kernel (bit-identical to
-        :func:`.rng.perturbed`)."""
+        """``(s, g)`` fp32 ``[M, N]`` for the filter path, in one kernel, in the fused
+        kernels' arithmetic (``seed``: int64 ``[M, 2]`` seed, position rows)."""
         m, geo = shard.shape[0], self.geometry("scores")
         x = shard if shard.stride(1) == 1 else shard.contiguous()
         s = torch.empty(m, self.columns, dtype=torch.float32, device=shard.device)

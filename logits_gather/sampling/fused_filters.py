@@ -26,9 +26,8 @@ candidate took the decided branch (token 2**32 - 1) or computed a round-2 level,
 8 warps (also when capped at 128 registers with ``maxnreg``) and 4 warps said
 "undecided". The same PTX through ``ptxas --opt-level 0`` gave the right rows, levels 1
 to 3 the wrong ones, and a copy that stored its intermediate values was right: a ptxas
-fault, or undefined behaviour in the PTX that only its optimiser exploits (not found;
-benchmarks/NOTES.md, session 13). 16 warps were also no faster (15.4 against 14.9 us at
-M=64 on one H200)."""
+fault, or undefined behaviour in the PTX that only its optimiser exploits (not found).
+16 warps were also no faster (15.4 against 14.9 us at M=64 on one H200)."""
 
 
 def xbits(dtype: torch.dtype) -> int:

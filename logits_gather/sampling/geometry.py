@@ -18,7 +18,7 @@ def room(k: int) -> int:
 IDLE_PROGRAMS = 256
 """Programs of a launch that rarely has work (:func:`idle_programs`): on one H200,
 top-k's overflow writer took 4.9 us at M=64 on one program per split (1216) and 1.1 us
-at M=1 (19); top-p's round-2 writer 4.0 and 0.9 (benchmarks/NOTES.md)."""
+at M=1 (19); top-p's round-2 writer 4.0 and 0.9."""
 IDLE_LEAST = 8
 """Programs per row of such a launch, at least. With one at M=256, a run where 3 rows
 reached top-p's round 2 (each then serving its 37 splits in series) took 242.5 us for
@@ -28,7 +28,7 @@ it (:mod:`.topp`); top-k's overflow writer runs on every call, so it uses the ne
 OVERFLOW_PROGRAMS = 128
 """:data:`IDLE_PROGRAMS` of top-k's overflow writer: one wave of 8-warp programs at M=64
 (its 229 registers fit one per SM). With (256, 8), 64 rows of top_k=50 took 43.8 us, with
-(128, 2) 41.5; at M=256 115.7 and 108.3 (one H200; benchmarks/NOTES.md)."""
+(128, 2) 41.5; at M=256 115.7 and 108.3 (one H200)."""
 OVERFLOW_LEAST = 2
 """:data:`IDLE_LEAST` of top-k's overflow writer: a row all of whose 19 splits overflow
 (ties) is served in 10 turns."""
@@ -50,7 +50,7 @@ def _warps(elements: int, most: int) -> int:
     most one thread per element. With more threads than elements Triton replicates each
     element across threads: with the top-k final kernel so replicated, emulated tp 4 and
     8 runs returned wrong top_k = 1 and 2 tokens on one rank (14 in 3868 top_k=2 calls at
-    tp=4), and none without replication (benchmarks/NOTES.md). Those candidates are
+    tp=4), and none without replication. Those candidates are
     polled words: the likely cause is the warp-local poll exit of :mod:`.ll`'s "Uniform
     polls", which its waits now avoid; the rule stays until a GPU run of the emulated
     tp 4 and 8 top-k test without it shows that suffices."""

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from . import ll
 from .keys import (
     argmax_key,
     best_key,
-    inv_t,
+    divisor,
     key_at,
     max_or_nan,
     ordered,
@@ -168,7 +167,7 @@ def _sample_local(
         gx = best_key(x, gidx, mask)
         best = gx
     else:
-        g = scores(x, inv_t(t), row_key(tl.load(seed_ptr + row)), gidx)[1]
+        g = scores(x, divisor(t), row_key(seed_ptr, row), gidx)[1]
         best = argmax_key(g, gidx, mask)  # NaN only where the row is greedy
         xmax = max_or_nan(x, mask)
         gx = ordered(xmax) << 32
@@ -185,7 +184,7 @@ def topk_probe(
 ):  # fmt: skip
     """Top-k, round 1: [greedy key, the largest x of each of ``G`` column groups as
     ``ordered32(x) << 32``]. Their k-th largest is at most the row's k-th largest x when
-    at least k groups hold a column, and ``x * (1 / T)`` is monotone, so its scores bound
+    at least k groups hold a column, and ``x / T`` is monotone, so its scores bound
     the row's k-th largest s from below: round 2's bound (:func:`.finals.topk_reduce`)."""
     probe_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, peers, epoch,
                 pstride, relems, own, N, col0, BLOCK, G, WORLD, THREADS)  # fmt: skip
@@ -215,7 +214,7 @@ def minp_local(
     own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """min-p after :func:`.finals.greedy_final`: [global greedy key, best score key among
-    ``(s - s_max) >= log(min_p)``] with ``s_max = x_max * (1 / T)``; the sample format."""
+    ``s >= s_max + log(min_p)``] with ``s_max = x_max / T``; the sample format."""
     minp_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
                seed_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride, relems, own, N, col0,
                BLOCK, WORLD, THREADS)  # fmt: skip
@@ -231,10 +230,10 @@ def minp_write(
     :mod:`.single_filters`' and :mod:`.rowk`'s), words at ``own + split * F``."""
     row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     gbest = tl.load(gbest_ptr + row)
-    r = inv_t(tl.load(t_ptr + row))
+    r = divisor(tl.load(t_ptr + row))
     smax = scale(value(gbest), r)
-    s, g = scores(x, r, row_key(tl.load(seed_ptr + row)), gidx)
-    keep = mask & ((s - smax) >= libdevice.log(tl.load(mp_ptr + row)))
+    s, g = scores(x, r, row_key(seed_ptr, row), gidx)
+    keep = mask & (s >= smax + tl.log(tl.load(mp_ptr + row)))  # not s < threshold
     best = argmax_key(g, gidx, keep)  # a NaN s is never kept
     ep, off = _target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + split * F, gbest, best, ep, 2, WORLD, THREADS)

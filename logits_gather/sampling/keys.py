@@ -7,10 +7,10 @@ order-preserving signed int (``-0.0`` as ``+0.0``, every NaN as one NaN above
 ``torch.argmax``'s rule, so maxima of keys compose across splits and ranks, and
 keys are unique within a row.
 
-Noise: :mod:`.rng`'s keyed 32-bit hash in uint32 arithmetic, the temperature as one
-rounded reciprocal per row and one unfused multiply per element (:func:`scale`), and
-``log`` from libdevice, so scores equal the torch ops' bits on the same GPU
-(tests/test_sampling_gpu.py checks this).
+Noise and temperature: vLLM's V2 definition (murmur3 over seed, position and global
+column; its uniform and Gumbel transform; ``x / T`` skipped at T in {0, 1}), written
+with the same Triton operations in the same order as vLLM's kernels, so that the
+compiled bits agree with theirs on the same GPU (tests/test_sampling_vllm_gpu.py).
 
 Top-K: :func:`top_select` finds a block's ``K`` largest keys without sorting:
 a radix select for the K-th largest value (one 256-bin histogram per 8 bits:
@@ -24,17 +24,14 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
-from .ll import HW  # compiled, not the interpreter (which has no libdevice.mul_rn)
-
-GAMMA: tl.constexpr = tl.constexpr(0x9E3779B97F4A7C15)
-MIX1: tl.constexpr = tl.constexpr(0xBF58476D1CE4E5B9)
-MIX2: tl.constexpr = tl.constexpr(0x94D049BB133111EB)
 KEY_MIN: tl.constexpr = tl.constexpr(-(1 << 63))
 LOW: tl.constexpr = tl.constexpr(0xFFFFFFFF)
-H1: tl.constexpr = tl.constexpr(0x7FEB352D)
-H2: tl.constexpr = tl.constexpr(0x846CA68B)
+C1: tl.constexpr = tl.constexpr(0xCC9E2D51)
+C2: tl.constexpr = tl.constexpr(0x1B873593)
+C3: tl.constexpr = tl.constexpr(0xE6546B64)
+F1: tl.constexpr = tl.constexpr(0x85EBCA6B)
+F2: tl.constexpr = tl.constexpr(0xC2B2AE35)
 
 
 @triton.jit
@@ -114,53 +111,83 @@ def max_or_nan(v, valid):
 
 
 @triton.jit
-def row_key(seed):
-    z = seed.to(tl.uint64, bitcast=True) * GAMMA
-    z = (z ^ (z >> 30)) * MIX1
-    z = (z ^ (z >> 27)) * MIX2
-    return z ^ (z >> 31)
+def _rotl(v, shift: tl.constexpr):
+    return (v << shift) | (v >> (32 - shift))
 
 
 @triton.jit
-def _lowbias32(a):
-    a = (a ^ (a >> 16)) * tl.full((), H1, tl.uint32)
-    a = (a ^ (a >> 15)) * tl.full((), H2, tl.uint32)
-    return a ^ (a >> 16)
+def _mix(h, k):
+    """One murmur3 block: ``k`` (uint32) mixed into the state ``h``."""
+    k = k * tl.full((), C1, tl.uint32)
+    k = _rotl(k, 15) * tl.full((), C2, tl.uint32)
+    h = _rotl(h ^ k, 13)
+    return h * 5 + tl.full((), C3, tl.uint32)
 
 
 @triton.jit
-def nlnl(rkey, gidx):
-    """``log(-log(u))`` for row key ``rkey`` (uint64) and global columns ``gidx`` (int64
-    or int32): :mod:`.rng`'s two keyed ``lowbias32`` rounds, in uint32 arithmetic."""
-    low = (rkey & LOW).to(tl.uint32)
-    high = (rkey >> 32).to(tl.uint32)
-    a = _lowbias32(_lowbias32(gidx.to(tl.uint32, bitcast=False) + low) ^ high)
-    u = ((a >> 9).to(tl.int32).to(tl.float32) + 0.5) * 1.1920928955078125e-07
-    return libdevice.log(-libdevice.log(u))
+def row_key(rows_ptr, row):
+    """The row's murmur3 state (uint32) after its three row words: seed low 32 bits, seed
+    high 32 bits, position low 32 bits, from ``rows_ptr`` (int64 ``[M, 2]``: seed,
+    position). :func:`noise` mixes the global column in per element."""
+    seed = tl.load(rows_ptr + 2 * row)
+    pos = tl.load(rows_ptr + 2 * row + 1)
+    h = tl.zeros((), tl.uint32)
+    h = _mix(h, (seed & LOW).to(tl.uint32))
+    h = _mix(h, ((seed >> 32) & LOW).to(tl.uint32))
+    return _mix(h, (pos & LOW).to(tl.uint32))
 
 
 @triton.jit
-def inv_t(t):
-    """``1 / T`` rounded once (``T`` <= 0 read as 1): :func:`scale`'s factor."""
-    return tl.math.div_rn(1.0, tl.where(t > 0.0, t, 1.0))
+def _log1p_neg(u):
+    """``log(1 - u)``: the degree-8 Horner series below 0.25, ``log(max(1 - u, 2**-24))``
+    above, in the definition's order of operations (ptxas fuses the steps into FMAs the
+    same way for the same code)."""
+    q = 1.0 / 8.0
+    q = 1.0 / 7.0 + u * q
+    q = 1.0 / 6.0 + u * q
+    q = 1.0 / 5.0 + u * q
+    q = 1.0 / 4.0 + u * q
+    q = 1.0 / 3.0 + u * q
+    q = 1.0 / 2.0 + u * q
+    q = 1.0 + u * q
+    series = -u * q
+    direct = tl.log(tl.maximum(1.0 - u, 5.960464477539063e-08))
+    return tl.where(u < 0.25, series, direct)
 
 
 @triton.jit
-def scale(x, r):
-    """``s = x * r`` (``r``: :func:`inv_t`) rounded once, as :func:`.rng.scaled` does:
-    ``mul.rn``, which ptxas never fuses into an FMA with what follows (a plain ``*``
-    followed by a subtraction became one ``fma.rn``, with other bits)."""
-    if HW:
-        return libdevice.mul_rn(x, r)
-    else:
-        return x * r
+def noise(h, gidx):
+    """The Gumbel noise ``-log(-log(1 - u))`` (fp32) of row state ``h`` (:func:`row_key`)
+    at global columns ``gidx``: murmur3's last block and finaliser, the uniform from the
+    hash's two 16-bit halves."""
+    a = _mix(h, gidx.to(tl.uint32)) ^ 16
+    a = (a ^ (a >> 16)) * tl.full((), F1, tl.uint32)
+    a = (a ^ (a >> 13)) * tl.full((), F2, tl.uint32)
+    a = a ^ (a >> 16)
+    hi = (a >> 16).to(tl.int32).to(tl.float32)
+    lo = (a & 0xFFFF).to(tl.int32).to(tl.float32)
+    u = hi * 1.52587890625e-05 + (lo + 0.5) * 2.3283064365386963e-10
+    return -tl.log(-_log1p_neg(u))
 
 
 @triton.jit
-def scores(x, r, rkey, gidx):
-    """``(s, g)``: ``s = x * r`` (:func:`scale`) and the Gumbel score ``g``."""
-    s = scale(x, r)
-    return s, s - nlnl(rkey, gidx)
+def divisor(t):
+    """The temperature as :func:`scale`'s divisor: ``T``, with 0 (a greedy row) read as 1."""
+    return tl.where(t == 0.0, 1.0, t)
+
+
+@triton.jit
+def scale(x, d):
+    """``s = x / d`` (``d``: :func:`divisor`), Triton's fp32 division, skipped at ``d == 1``.
+    The kernels assume it is monotone in ``x`` (maxima and bounds of ``x`` map to ``s``)."""
+    return tl.where(d == 1.0, x, x / d)
+
+
+@triton.jit
+def scores(x, d, h, gidx):
+    """``(s, g)``: ``s = x / T`` (:func:`scale`) and the Gumbel score ``g = s + noise``."""
+    s = scale(x, d)
+    return s, s + noise(h, gidx)
 
 
 @triton.jit

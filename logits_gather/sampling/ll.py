@@ -42,7 +42,7 @@ loop's timer (``_now``, a block-wide max) and the code after it synchronise the 
 with ``bar.sync``, and warps that meet different ``bar.sync`` instructions release each
 other: reductions then combine shared-memory partials of different steps, and the
 reader computes from words it never loaded (wrong ``lam``, wrong tokens, one rank only,
-words right at rest; ``benchmarks/NOTES.md``, sessions 10 and 11). A poll over at
+words right at rest). A poll over at
 least as many elements as the CTA has threads gives each element to one thread, so
 its readiness test combines every warp's loads through shared memory. A poll over
 fewer (the finals' ``[CAND]`` head words when there are few splits) is replicated by

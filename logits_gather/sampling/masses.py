@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from .keys import index, inv_t, key, nlnl, ordered32, radix_bits, row_key, scale, value
+from .keys import divisor, index, key, noise, ordered32, radix_bits, row_key, scale, value
 
 SCALE: tl.constexpr = tl.constexpr(1099511627776.0)  # 2**40, rng.MASS_SCALE
 
@@ -59,7 +59,7 @@ def _decode(cand, t, valid, XBITS: tl.constexpr):
     radix keys ``u`` ordered like ``h`` (int64 both) in ``[0, 2**(8 * bytes))``.
     ``XBITS == 16`` (bfloat16 inputs): ``u`` is the radix key of ``x``, ``s * T`` rounded
     to bfloat16 (to nearest even, in integer ops: the interpreter's cast truncates), when
-    every valid ``s`` equals ``x * (1 / T)`` again (then equal ``u`` means equal ``s``), and
+    every valid ``s`` equals ``x / T`` again (then equal ``u`` means equal ``s``), and
     ``bytes = 2``; otherwise ``u`` is ``h``'s 32 bits and ``bytes = 4``."""
     s = value(cand)
     h = ordered32(s)
@@ -69,7 +69,7 @@ def _decode(cand, t, valid, XBITS: tl.constexpr):
         te = tl.where(t > 0.0, t, 1.0)
         b = (s * te).to(tl.int32, bitcast=True)
         x = ((b + 0x7FFF + ((b >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
-        back = scale(x, inv_t(t))
+        back = scale(x, divisor(t))
         same = (back == s) | ((back != back) & (s != s))
         if tl.min(tl.where(valid, same, True).to(tl.int32), 0) == 1:
             u = radix_bits(x, 16).to(tl.int64)
@@ -81,4 +81,4 @@ def _decode(cand, t, valid, XBITS: tl.constexpr):
 def _score_keys(cand, seed_ptr, row):
     """Gumbel score keys of candidate keys ``key(s, j)``."""
     col = index(cand)
-    return key(value(cand) - nlnl(row_key(tl.load(seed_ptr + row)), col), col)
+    return key(value(cand) + noise(row_key(seed_ptr, row), col), col)

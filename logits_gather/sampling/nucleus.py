@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from . import ll
 from .finals import _row, _use_greedy
@@ -43,8 +42,8 @@ from .kernels import _load_row, _target, full
 from .keys import (
     KEY_MIN,
     argmax_key,
+    divisor,
     index,
-    inv_t,
     key,
     ordered32,
     row_key,
@@ -111,12 +110,12 @@ def _nucleus_local(
             tl.store(need_ptr, 0)
             tl.store(need_ptr + 1, 0)
     t = tl.load(t_ptr + row)
-    r = inv_t(t)
+    r = divisor(t)
     smax = scale(value(tl.load(gbest_ptr + row)), r)
     s = scale(x, r)
     keep = mask
     if MINP:
-        keep = keep & ((s - smax) >= libdevice.log(tl.load(mp_ptr + row)))
+        keep = keep & (s >= smax + tl.log(tl.load(mp_ptr + row)))
     q = tl.where(keep, _mass(s, smax), 0)
     z = tl.sum(q, 0)
     best = tl.full((), KEY_MIN, tl.int64)
@@ -126,7 +125,7 @@ def _nucleus_local(
         plain = plain & ((kr == 0) | (kr >= V))
     if plain:  # every kept element counts
         sel = keep & (cols < 0)
-        g = scores(x, r, row_key(tl.load(seed_ptr + row)), gidx)[1]
+        g = scores(x, r, row_key(seed_ptr, row), gidx)[1]
         best = argmax_key(g, gidx, keep)
     else:
         d = (smax - s) * 2.0  # >= 0 (s_max is the row's largest s)
@@ -222,7 +221,7 @@ def _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row, need_ptr, XB
         bound = tl.max(tl.where(ok, w, -0x7FFFFFFF - 1), 0)
         valid = on & (cand != KEY_MIN)
         s, h, u, _ = _decode(cand, t, valid, XBITS)
-        smax = scale(value(gbest), inv_t(t))
+        smax = scale(value(gbest), divisor(t))
         above = valid & (h > bound)
         q = tl.where(above, _mass(s, smax), 0)
         if tl.sum(q, 0) >= thr:

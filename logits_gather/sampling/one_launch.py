@@ -8,7 +8,7 @@ launch, and after the first call of a specialisation that launch is *bound*
 (:meth:`.launcher.Launcher.bind`): one call of Triton's C launcher with the call's few
 addresses, and no Python over the rest. On one H200 at world size 1 that took an eager
 greedy call from 39.8 to 17.7 us of host time, sample from 35.4 to 20.3 (M=4, one
-machine start; benchmarks/NOTES.md, session 14).
+machine start).
 
 The functions here are :class:`.fused.Fused` methods.
 """

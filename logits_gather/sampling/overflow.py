@@ -13,7 +13,7 @@ from .kernels import _load_at, _target
 from .keys import (
     KEY_MIN,
     LOW,
-    inv_t,
+    divisor,
     key,
     ordered32,
     radix_bits,
@@ -65,7 +65,7 @@ def _overflow_split(
 ):  # fmt: skip
     row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     t = tl.load(t_ptr + row)
-    r = inv_t(t)
+    r = divisor(t)
     s = scale(x, r)
     h = ordered32(s)
     kr = row_k(k, row, ROWK)
@@ -74,7 +74,7 @@ def _overflow_split(
     floor = tl.full((), KEY_MIN, tl.int64)
     if overflow:
         eq = mask & (h == v)
-        g = scores(x, r, row_key(tl.load(seed_ptr + row)), gidx)[1]
+        g = scores(x, r, row_key(seed_ptr, row), gidx)[1]
         tie = tl.max(tl.where(eq, key(g, gidx), KEY_MIN), 0)
         left = tl.sum((eq & ~sel).to(tl.int32), 0).to(tl.int64)
         floor = (left << 32) | (v.to(tl.int64) & LOW)

@@ -1,103 +1,105 @@
-"""Counter-based Gumbel noise from integer torch ops.
+"""vLLM's counter-based Gumbel noise and temperature, from plain torch ops.
 
-The noise of row ``i``, global vocabulary column ``j`` is a pure function of
-``(seed[i], j)``. The row key ``K`` is the SplitMix64 finaliser of the seed (64
-bits, once per row); per element, two keyed rounds of a 32-bit integer hash
-(``lowbias32``, three xor-shifts and two multiplies):
-``a = H(H((j + K_lo) mod 2**32) ^ K_hi)``, and the uniform is ``a``'s top 23 bits.
-(32-bit rounds cost less than half of a 64-bit SplitMix64 step per element, which
-dominated the fused kernel; the xor with ``K_hi`` between the rounds keeps rows
-whose ``K_lo`` differ by ``d`` from being the same sequence shifted by ``d``.)
-Every rank computes only its own columns, and gets exactly the numbers a single
-process would get for the same columns of the gathered row: that is what makes
-vocab-parallel sampling reproduce tp=1 bit for bit.
+The noise of row ``i`` at global token id ``j`` is a pure function of
+``(seed[i], position[i], j)``, so every rank computes its own columns' noise and
+gets exactly the numbers a single process would get for the gathered row. The
+formula is vLLM 0.33's V2 sampler's (``vllm/v1/worker/gpu/sample/gumbel.py``),
+transcribed operation for operation:
 
-Everything is done in int64 with wrapping multiplies; logical right shifts are
-arithmetic shifts followed by a mask. The uniform keeps 23 bits, on the grid
-``(h + 0.5) / 2**23``, so it lies strictly inside (0, 1), has a symmetric
-distribution, and converts to fp32 exactly; the Gumbel noise ``-log(-log(u))``
-therefore lies in about [-2.81, 16.6]. The only floating-point steps are
-``log`` (twice), the temperature's multiply (:func:`scaled`) and one subtraction,
-which torch evaluates per element independently of tensor shape on a given device.
+- ``h`` = 32-bit murmur3 over four words: the seed's low and high 32 bits, the
+  position's low 32 bits, the token id; initial ``h = 0``, finalised as
+  ``fmix32(h ^ 16)`` (16 bytes hashed);
+- ``u = hi16(h) * 2**-16 + (lo16(h) + 0.5) * 2**-32`` in fp32 (both products are
+  exact, the sum is rounded once), so ``0 < u < 1``;
+- ``s = log1p(-u)``: for ``u < 0.25`` a degree-8 Horner series in fp32 (each step
+  one rounded multiply and one rounded add, coefficients ``1/n`` rounded to fp32),
+  otherwise ``log(max(1 - u, 2**-24))``;
+- noise ``= -log(-s)``.
+
+Integer steps run in int64 holding values in ``[0, 2**32)``: a product of two such
+values wraps modulo ``2**64``, whose low 32 bits are the uint32 product. Every
+floating-point step is a separate torch op, so no step is fused; torch evaluates
+each element independently of the tensor's shape on a given device. ``torch.log``
+may differ from another library's ``log`` in the last bit, so bits (not the
+formula) are per device.
 """
 
 from __future__ import annotations
 
 import torch
 
-
-def _signed(c: int) -> int:
-    return c - (1 << 64) if c >= 1 << 63 else c
-
-
-GAMMA = _signed(0x9E3779B97F4A7C15)
-MIX1 = _signed(0xBF58476D1CE4E5B9)
-MIX2 = _signed(0x94D049BB133111EB)
-H1 = 0x7FEB352D
-H2 = 0x846CA68B
 LOW32 = (1 << 32) - 1
-UNIFORM_BITS = 23
 MASS_SCALE = 2.0**40
 """top-p masses are ``floor(exp(s - s_max) * MASS_SCALE)`` (see :mod:`.reference`)."""
 
-
-def _xorshift_(z: torch.Tensor, shift: int) -> torch.Tensor:
-    """``z ^= z >>> shift`` (logical shift) in place."""
-    return z.bitwise_xor_(torch.bitwise_right_shift(z, shift).bitwise_and_((1 << 64 - shift) - 1))
-
-
-def row_keys(seed: torch.Tensor) -> torch.Tensor:
-    """``[M]`` integer seeds -> ``[M, 1]`` int64 stream keys (SplitMix64 finaliser)."""
-    z = seed.to(torch.int64).reshape(-1, 1).mul(GAMMA)
-    _xorshift_(z, 30).mul_(MIX1)
-    _xorshift_(z, 27).mul_(MIX2)
-    return _xorshift_(z, 31)
+_C1, _C2 = 0xCC9E2D51, 0x1B873593
+_N, _F1, _F2 = 0xE6546B64, 0x85EBCA6B, 0xC2B2AE35
+# 1/8 .. 1/2 rounded to fp32 once, as fp32 constants in the kernel.
+_SERIES = [torch.tensor(1.0 / n, dtype=torch.float32).item() for n in range(8, 1, -1)]
+_FLOOR = 2.0**-24  # 5.960464477539063e-08
 
 
-def column_counters(start: int, columns: int, device: torch.device | str) -> torch.Tensor:
-    """The counters of global columns ``start .. start + columns - 1``: the columns (int64)."""
-    return torch.arange(start, start + columns, dtype=torch.int64, device=device)
+def _rotl(v: torch.Tensor, r: int) -> torch.Tensor:
+    return ((v << r) | (v >> (32 - r))) & LOW32
 
 
-def _lowbias32(a: torch.Tensor) -> torch.Tensor:
-    """Chris Wellons' ``lowbias32`` on values in ``[0, 2**32)`` held in int64 (in place)."""
-    a.bitwise_xor_(a >> 16).mul_(H1).bitwise_and_(LOW32)
-    a.bitwise_xor_(a >> 15).mul_(H2).bitwise_and_(LOW32)
-    return a.bitwise_xor_(a >> 16)
+def _mix(h: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """One murmur3 block: ``key`` scrambled, xored into ``h``, ``h`` rotated and stepped."""
+    key = _rotl((key * _C1) & LOW32, 15)
+    h = _rotl(h ^ ((key * _C2) & LOW32), 13)
+    return (h * 5 + _N) & LOW32
 
 
-def neg_log_neg_log_uniform(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
-    """``log(-log(u))`` (minus the Gumbel noise) as fp32 ``[M, len(counters)]``."""
-    low = keys.bitwise_and(LOW32)
-    high = keys.bitwise_right_shift(32).bitwise_and_(LOW32)
-    a = _lowbias32(counters.add(low).bitwise_and_(LOW32))
-    a = _lowbias32(a.bitwise_xor_(high))
-    a.bitwise_right_shift_(32 - UNIFORM_BITS)
-    u = a.to(torch.float32).add_(0.5).mul_(2.0**-UNIFORM_BITS)
-    return u.log_().neg_().log_()
+def _fmix(h: torch.Tensor) -> torch.Tensor:
+    h = ((h ^ (h >> 16)) * _F1) & LOW32
+    h = ((h ^ (h >> 13)) * _F2) & LOW32
+    return h ^ (h >> 16)
+
+
+def hash32(seeds: torch.Tensor, positions: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """murmur3 of ``(seed lo, seed hi, position lo, id)`` as int64 ``[M, N]`` in
+    ``[0, 2**32)``; ``seeds``/``positions`` ``[M]``, ``ids`` ``[N]`` (int64)."""
+    seeds = seeds.to(torch.int64).reshape(-1, 1)
+    h = torch.zeros_like(seeds)
+    h = _mix(h, seeds & LOW32)
+    h = _mix(h, (seeds >> 32) & LOW32)  # arithmetic shift, then the low word
+    h = _mix(h, positions.to(torch.int64).reshape(-1, 1) & LOW32)
+    h = _mix(h, ids.to(torch.int64).reshape(1, -1) & LOW32)
+    return _fmix(h ^ 16)
+
+
+def uniform(seeds: torch.Tensor, positions: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """vLLM's fp32 uniform in (0, 1) from the hash's two 16-bit halves, ``[M, N]``."""
+    h = hash32(seeds, positions, ids)
+    hi = (h >> 16).to(torch.float32).mul_(2.0**-16)
+    lo = (h & 0xFFFF).to(torch.float32).add_(0.5).mul_(2.0**-32)
+    return hi.add_(lo)
+
+
+def log1p_neg(u: torch.Tensor) -> torch.Tensor:
+    """``log1p(-u)`` as vLLM computes it: the Horner series below 0.25, a log above."""
+    poly = torch.full_like(u, _SERIES[0])
+    for c in _SERIES[1:]:
+        poly = u.mul(poly).add_(c)
+    poly = u.mul(poly).add_(1.0)
+    series = u.neg().mul_(poly)
+    direct = torch.clamp_min(1.0 - u, _FLOOR).log_()
+    return torch.where(u < 0.25, series, direct)
+
+
+def gumbel(seeds: torch.Tensor, positions: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """vLLM's Gumbel noise ``-log(-log1p(-u))`` as fp32 ``[M, N]`` for rows
+    ``(seeds[i], positions[i])`` (int64 ``[M]``) at global token ids ``ids`` (``[N]``)."""
+    return log1p_neg(uniform(seeds, positions, ids)).neg_().log_().neg_()
 
 
 def scaled(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
-    """The scores ``s = x * (1 / T)`` in fp32: ``1 / T`` rounded once per row (``T`` <= 0
-    read as 1), then one rounded multiply per element. (Not ``x / T``: a division per
-    element cost the fused sampling kernel 18 of its 119 instructions per element,
-    and the two differ by at most an ulp. ``T = 1`` gives ``s = x`` either way.)
-    ``temperature`` is ``[M, 1]``."""
-    t = temperature.to(torch.float32)
-    return logits.to(torch.float32).mul(torch.where(t > 0, t, 1.0).reciprocal())
+    """The scores ``x / T`` in fp32 (IEEE division), a new tensor; rows with ``T == 0``
+    or ``T == 1`` are ``x`` unchanged (vLLM skips them). ``temperature`` ``[M, 1]``
+    (or ``[M]``)."""
+    x = logits.to(torch.float32)
+    t = temperature.to(device=x.device, dtype=torch.float32).reshape(-1, 1)
+    return x.div(torch.where((t == 0) | (t == 1), 1.0, t))  # x / 1 is x, bit for bit
 
 
-def perturbed(
-    logits: torch.Tensor, temperature: torch.Tensor, keys: torch.Tensor, counters: torch.Tensor
-) -> torch.Tensor:
-    """Gumbel-perturbed scores ``s + G`` in fp32 (``s``: :func:`scaled`); ``argmax``
-    samples softmax(logits/T).
-
-    ``temperature`` is ``[M, 1]`` fp32 and must be > 0 (rows with T == 0 are the
-    caller's business). The same call on a column slice gives the same bits as
-    the matching columns of the call on the whole row.
-    """
-    return scaled(logits, temperature).sub_(neg_log_neg_log_uniform(keys, counters))
-
-
-__all__ = ["column_counters", "neg_log_neg_log_uniform", "perturbed", "row_keys", "scaled"]
+__all__ = ["MASS_SCALE", "gumbel", "hash32", "log1p_neg", "scaled", "uniform"]

@@ -2,7 +2,8 @@
 torch-ops path, or one of the fused kernels' sequences (:mod:`.fused`, :mod:`.topp`).
 
 Filters that are off (``top_k`` 0 or >= V, ``top_p >= 1``, ``min_p <= 0`` as scalars)
-are dropped first; then, on the fused path: no filter, :meth:`.fused.Fused.sample`;
+are dropped first. Without the fused kernels (no Triton, CPU, or the switch) every call
+takes :func:`.filters.sample`. On the fused path: no filter, :meth:`.fused.Fused.sample`;
 an int ``top_k <= 64`` (with or without ``top_p``, ``min_p``), the fused top-k; a
 per-row ``top_k`` tensor, or a larger int one as rows of it, :func:`.topp.sample_rows_k`;
 ``top_p`` (with or without ``min_p``), :func:`.topp.sample`; ``min_p`` alone, the fused
@@ -17,16 +18,18 @@ from typing import Any
 
 import torch
 
-from . import filters, rng, topp
+from . import filters, topp
 from .filters import MAX_CANDIDATES
 
 Filter = int | float | torch.Tensor | None
 
 
 def sample(sampler: Any, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tensor,
-           k: Filter, p: Filter, mp: Filter) -> torch.Tensor:  # fmt: skip
-    """Tokens ``[M]`` for checked arguments (``t`` fp32 ``[M, 1]``, ``seeds`` int64;
-    ``k`` an int or int64 ``[M]``, ``p`` and ``mp`` floats or ``[M]`` tensors, or None)."""
+           positions: torch.Tensor, k: Filter, p: Filter, mp: Filter) -> torch.Tensor:  # fmt: skip
+    """Tokens ``[M]`` for checked arguments (``t`` fp32 ``[M, 1]``, ``seeds`` and
+    ``positions`` int64 ``[M]``; ``k`` an int or int64 ``[M]``, ``p`` and ``mp`` floats or
+    ``[M]`` tensors, or None). The fused kernels read seed and position from one int64
+    ``[M, 2]`` tensor (one small copy per call)."""
     m = shard.shape[0]
     fused = sampler._fused
     if isinstance(k, int) and not 0 < k < sampler.vocab:
@@ -35,32 +38,33 @@ def sample(sampler: Any, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tens
         p = None
     if isinstance(mp, float) and mp <= 0.0:
         mp = None
-    if p is None and mp is None and not isinstance(k, torch.Tensor):
-        if fused is None:
-            return filters.sample_plain(sampler, shard, t, rng.row_keys(seeds), k)
-        if k is None:
-            return fused.sample(shard, t.view(m), seeds, None)
+    if fused is not None and k is None and p is None and mp is None:
+        return fused.sample(shard, t.view(m), torch.stack((seeds, positions), 1), None)
     dev = sampler.device
+    if fused is not None:
+        rows = torch.stack((seeds, positions), 1)
     if fused is not None and isinstance(k, int) and sampler._fused_topk and k <= MAX_CANDIDATES:
         # top-k, then min-p and/or top-p over the exact top-k set
         _, _, pv, mpv = topp.filter_rows(sampler, p, mp, m)
-        return fused.sample_topk(shard, t.view(m), seeds, k, pv, mpv)
+        return fused.sample_topk(shard, t.view(m), rows, k, pv, mpv)
     if fused is not None and isinstance(k, torch.Tensor) and sampler._fused_rows:
-        return topp.sample_rows_k(sampler, shard, t, seeds, k, p, mp)
+        return topp.sample_rows_k(sampler, shard, t, (seeds, positions, rows), k, p, mp)
     if fused is not None and isinstance(k, int) and sampler._fused_topk and sampler._fused_rows:
         # 64 < k < V, as rows of k in top-p's launches (top_p 1.0 where none: rows with
         # k on are decided from their candidates whatever their p), or the fallback
         k = topp.filled(sampler, k, m, torch.int64)
-        return topp.sample_rows_k(sampler, shard, t, seeds, k, 1.0 if p is None else p, mp)
+        return topp.sample_rows_k(
+            sampler, shard, t, (seeds, positions, rows), k, 1.0 if p is None else p, mp
+        )
     if fused is not None and k is None and p is not None:  # top-p (+ min-p)
-        return topp.sample(sampler, shard, t, seeds, p, mp)
+        return topp.sample(sampler, shard, t, (seeds, positions, rows), p, mp)
     if fused is not None and p is None and k is None:  # min-p alone: fused
         mpv = topp.filled(sampler, mp, m, torch.float32).view(m)
-        return fused.sample_minp(shard, t.view(m), seeds, mpv)
+        return fused.sample_minp(shard, t.view(m), rows, mpv)
     mp = topp.rows(mp, m, torch.float32, dev)
     k = topp.rows(k, m, torch.int64, dev)
     p = topp.rows(p, m, torch.float64, dev)
-    return filters.sample(sampler, shard, t, seeds, k, p, mp)
+    return filters.sample(sampler, shard, t, seeds, positions, k, p, mp)
 
 
 __all__ = ["sample"]

@@ -50,7 +50,7 @@ import triton.language as tl
 
 from . import ll
 from .kernels import minp_write, sample_write
-from .keys import KEY_MIN, index, inv_t, scale, value
+from .keys import KEY_MIN, divisor, index, scale, value
 from .masses import _decode, _mass, _score_keys, _tau, _thr
 from .topk import topk_local
 
@@ -116,7 +116,7 @@ def nucleus_k_row(cand, on, w, ok, gbest, t, p, k, seed_ptr, row, need_ptr, XBIT
         top = above & (h >= kth)  # the kept set after top-k, ties at the cut included
         tau = kth
         if p < 1.0:
-            q = tl.where(top, _mass(s, scale(value(gbest), inv_t(t))), 0)
+            q = tl.where(top, _mass(s, scale(value(gbest), divisor(t))), 0)
             lo = tl.min(tl.where(top, u, 1 << 32), 0)
             hi = tl.max(tl.where(top, u, 0), 0) + 1
             tau = _tau(u, h, q, top, lo, hi, _thr(tl.sum(q, 0), p), none)

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from ..checks import resolve_device as _resolve_device
 from ..checks import resolve_options
-from . import checks, exchange, fastpath, mailbox, ops, rng, route
+from . import checks, exchange, fastpath, mailbox, ops, route
 from .filters import MAX_CANDIDATES
 
 log = logging.getLogger(__name__)
@@ -61,8 +61,8 @@ class VocabParallelSampler:
         self,
         columns: int,
         capacity: int,
-        group: dist.ProcessGroup | None = None,
         device: torch.device | str | int | None = None,
+        group: dist.ProcessGroup | None = None,
         *,
         backend: str = "auto",
         check_values: bool = True,
@@ -92,7 +92,8 @@ class VocabParallelSampler:
         self._grow = False
         start = self.rank * columns
         self._offsets = torch.arange(self.world_size, device=device).mul_(columns)[:, None]
-        self._counters = rng.column_counters(start, columns, device)
+        self.ids = torch.arange(start, start + columns, dtype=torch.int64, device=device)
+        """This rank's global token ids (int64 ``[columns]``), the noise's counters."""
         self._low = torch.arange(start, start + columns, dtype=torch.int64, device=device)
         self._low.neg_().add_((1 << 32) - 1)
         self._exchanges: dict[int, exchange.Exchange] = {}
@@ -173,29 +174,34 @@ class VocabParallelSampler:
         shard: torch.Tensor,
         temperature: torch.Tensor,
         seed: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        *,
         top_k: int | torch.Tensor | None = None,
         top_p: float | torch.Tensor | None = None,
         min_p: float | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Token ``[M]`` (int64) drawn from softmax(logits / T) restricted by the filters.
 
-        Exactly :func:`.reference.sample` on the gathered logits, at any tp (the
-        definition, with every tie rule, is in :mod:`.reference`). Each filter is
-        None, a scalar or an ``[M]`` tensor; ``top_k`` 0, ``top_p`` 1.0 and
-        ``min_p`` 0.0 switch a row's filter off. ``temperature[i] == 0`` and rows
-        whose ``max(x * (1 / T))`` is not finite give the greedy token.
+        Exactly :func:`.reference.sample` on the gathered logits, at any tp: vLLM's V2
+        sampling (noise keyed by ``(seed[i], positions[i], token id)``, ``x / T``,
+        min-p), then an exact top-k/top-p of our own (the definition, with every tie
+        rule, is in :mod:`.reference`). ``positions`` is int ``[M]`` (None: zeros).
+        Each filter is None, a scalar or an ``[M]`` tensor; ``top_k`` 0, ``top_p`` 1.0
+        and ``min_p`` 0.0 switch a row's filter off. ``temperature[i] == 0`` gives
+        the greedy token.
         """
         m = self._rows(shard)
         dev = self.device
         t = checks.temperature(temperature, m, dev, self.check_values)
         seeds = checks.seed(seed, m, dev)
+        pos = checks.positions(positions, m, dev)
         k = checks.top_k(top_k, m, self.vocab, dev, self.check_values)
         p = checks.top_p(top_p, m, dev, self.check_values)
         mp = checks.min_p(min_p, m, dev, self.check_values)
-        return route.sample(self, shard, t, seeds, k, p, mp)
+        return route.sample(self, shard, t, seeds, pos, k, p, mp)
 
     # -- logprobs -------------------------------------------------------------------------
-    def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor, top_n: int = 0) -> Logprobs:
+    def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor, *, top_n: int = 0) -> Logprobs:
         """log_softmax of the gathered fp32 rows at ``token_ids`` (global ids), plus the
         ``top_n`` (0..20) most likely tokens; see :class:`Logprobs`.
 

@@ -54,7 +54,7 @@ ways, picked per call (``TICKET``):
   another rank, which they wait for, has no program running, so sharers keep the
   program-id bound. (One counter for all columns, ticket ``t`` writing split ``t % S``
   of row ``t // S``, holds by the same argument; its ``M * S`` adds on one word cost
-  more device time, benchmarks/NOTES.md.)
+  more device time.)
 """
 
 from __future__ import annotations

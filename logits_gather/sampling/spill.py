@@ -43,7 +43,7 @@ import triton.language as tl
 from . import ll
 from .finals import _gathered
 from .kernels import _load_at, _target
-from .keys import KEY_MIN, index, inv_t, key, ordered32, scale, value
+from .keys import KEY_MIN, divisor, index, key, ordered32, scale, value
 from .masses import _decode, _mass, _score_keys, _tau
 from .nucleus import DONE
 
@@ -75,7 +75,7 @@ def _again_split(
     SLOTS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
-    s = scale(x, inv_t(t))
+    s = scale(x, divisor(t))
     sel = mask & (ordered32(s) >= lam)
     slot = tl.cumsum(sel.to(tl.int32), 0) - 1
     count = tl.sum(sel.to(tl.int32), 0)
@@ -126,7 +126,7 @@ def _again_row(
         valid = on & (cand != KEY_MIN)
         t = tl.load(t_ptr + row)
         s, h, u, _ = _decode(cand, t, valid, XBITS)
-        smax = scale(value(tl.load(gbest_ptr + row)), inv_t(t))
+        smax = scale(value(tl.load(gbest_ptr + row)), divisor(t))
         q = tl.where(valid, _mass(s, smax), 0)
         # Every element at or above lam is here, and their mass reaches thr.
         lo = tl.min(tl.where(valid, u, 1 << 32), 0)

@@ -11,7 +11,7 @@ has two writers, launched back to back:
   flag is stale).
 - :func:`.overflow.topk_overflow`: only the marked splits (rare), which send their ``k`` largest
   (a radix select). This code lives in its own kernel: inside :func:`topk_local`,
-  never run, it made that kernel 1.7x slower at M=64 (benchmarks/NOTES.md). Its grid
+  never run, it made that kernel 1.7x slower at M=64. Its grid
   is ``(M, P)`` with ``P`` at most ``S`` (:func:`.geometry.idle_programs`): each
   program reads the flags of its share of the row's splits at once and serves the
   marked ones in turn, so the launch is cheap when none is marked.
@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from . import ll
 from .finals import _row, _use_greedy, row_k, sample_row
@@ -58,8 +57,8 @@ from .kernels import _load_row, _target, full
 from .keys import (
     KEY_MIN,
     LOW,
+    divisor,
     index,
-    inv_t,
     key,
     kth_largest_in,
     ordered32,
@@ -91,7 +90,7 @@ def _topk_local(
 ):  # fmt: skip
     row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
     t = tl.load(t_ptr + row)
-    r = inv_t(t)
+    r = divisor(t)
     s = scale(x, r)
     sel = mask & (ordered32(s) >= tl.load(low_ptr + row))
     slot = tl.cumsum(sel.to(tl.int32), 0) - 1
@@ -183,12 +182,12 @@ def _topk_row(
         fh = (floor & LOW).to(tl.int32).to(tl.int64)
         kept = valid & (h >= cut)
         lo = cut
-        smax = scale(value(gbest), inv_t(t))
+        smax = scale(value(gbest), divisor(t))
         vcut = ordered_value(cut.to(tl.int32))
         if MINP:
-            lmp = libdevice.log(tl.load(mp_ptr + row))
-            kept = kept & ((s - smax) >= lmp)
-            left = left & ((ordered_value(fh.to(tl.int32)) - smax) >= lmp)
+            thr_mp = smax + tl.log(tl.load(mp_ptr + row))
+            kept = kept & (s >= thr_mp)
+            left = left & (ordered_value(fh.to(tl.int32)) >= thr_mp)
         if TOPP:
             p = tl.load(p_ptr + row).to(tl.float64)  # float32 or float64
             if p < 1.0:

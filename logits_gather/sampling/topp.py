@@ -110,23 +110,25 @@ def sample(
     sampler: Any,
     shard: torch.Tensor,
     t: torch.Tensor,
-    seeds: torch.Tensor,
+    draw: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     p: float | torch.Tensor,
     mp: float | torch.Tensor | None,
 ) -> torch.Tensor:
-    """``t`` fp32 ``[M, 1]``; ``p`` a float < 1 or float64 / float32 ``[M, 1]``; ``mp`` None, a
-    float > 0 or fp32 ``[M, 1]``."""
+    """``t`` fp32 ``[M, 1]``; ``draw``: seeds and positions (int64 ``[M]``) and the two as
+    int64 ``[M, 2]`` rows (the kernels'); ``p`` a float < 1 or float64 / float32 ``[M, 1]``;
+    ``mp`` None, a float > 0 or fp32 ``[M, 1]``."""
     m = shard.shape[0]
     p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
-    out, flags, second = sampler._fused.topp_rounds(shard, t.view(m), seeds, pv, mpv)
-    return _finish(sampler, "top_p", (shard, t, seeds, None, p, mp), out, flags, second)
+    out, flags, second = sampler._fused.topp_rounds(shard, t.view(m), draw[2], pv, mpv)
+    call = (shard, t, draw[0], draw[1], None, p, mp)
+    return _finish(sampler, "top_p", call, out, flags, second)
 
 
 def sample_rows_k(
     sampler: Any,
     shard: torch.Tensor,
     t: torch.Tensor,
-    seeds: torch.Tensor,
+    draw: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     k: torch.Tensor,
     p: float | torch.Tensor | None,
     mp: float | torch.Tensor | None,
@@ -137,16 +139,16 @@ def sample_rows_k(
     ``k`` in 1..64 by the fused top-k (:mod:`.topk`), rows with it off (0 or ``>= V``)
     without top-k, and rows with ``64 < k < V`` never. With top-p, top-p's launches
     serve every row whose candidates decide it (the flag as top-p's, round 2 for rows
-    with ``k`` off)."""
+    with ``k`` off). ``draw`` as in :func:`sample`."""
     m, fused = shard.shape[0], sampler._fused
     p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
     kv = k.view(m)  # contiguous: checks.top_k
-    call = (shard, t, seeds, k, p, mp)
+    call = (shard, t, draw[0], draw[1], k, p, mp)
     if pv is None:
         need = torch.empty(1, dtype=torch.bool, device=sampler.device)  # set by rowk_local
-        out = fused.sample_topk(shard, t.view(m), seeds, kv, None, mpv, need)
+        out = fused.sample_topk(shard, t.view(m), draw[2], kv, None, mpv, need)
         return _finish(sampler, "top_k rows", call, out, need)
-    out, flags, second = fused.topp_rounds(shard, t.view(m), seeds, pv, mpv, kv)
+    out, flags, second = fused.topp_rounds(shard, t.view(m), draw[2], pv, mpv, kv)
     return _finish(sampler, "top_k rows, top_p", call, out, flags, second)
 
 
