@@ -23,7 +23,6 @@ from .fallback import DistributedGather
 log = logging.getLogger(__name__)
 
 _logged: set[str] = set()
-_resolve_device = resolve_device  # the old private name, still imported by sampling
 
 
 def _log_once(message: str) -> None:
