@@ -51,23 +51,11 @@ def _vllm_tokens(logits, temp, seeds, pos, mp=None) -> torch.Tensor:
 
 def test_scores_equal_vllm_bits() -> None:
     import triton
-    import triton.language as tl
 
     from logits_gather.sampling import elementwise
 
-    gumbel, _ = _vllm()
-    uniform, log1p_neg = gumbel.murmur3_uniform32, gumbel._log1p_neg_stable
-
-    @triton.jit
-    def vllm_scores(x_ptr, t_ptr, seed_ptr, pos_ptr, out_ptr, N, BLOCK: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        mask = cols < N
-        x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
-        t = tl.load(t_ptr + row)
-        x = x / t  # gumbel_noised_argmax's order: divide, draw, add
-        u = uniform(tl.load(seed_ptr + row), tl.load(pos_ptr + row), cols)
-        tl.store(out_ptr + row * N + cols, x + -tl.log(-log1p_neg(u)), mask=mask)
+    _vllm()
+    from tests.vllm_scores import vllm_scores
 
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
