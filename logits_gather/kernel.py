@@ -112,7 +112,7 @@ TIMEOUT_AT_ENTRY = tl.constexpr(2)
 
 
 @triton.jit
-def _now(NUM_THREADS: tl.constexpr):
+def now_ns(NUM_THREADS: tl.constexpr):
     # Each thread reads its own clock; the max makes the value CTA-uniform.
     return tl.max(tl.zeros([NUM_THREADS], tl.int64) + globaltimer(), axis=0)
 
@@ -124,7 +124,7 @@ def signal_all(peer_rows, mask):
 
 
 @triton.jit
-def _timed_out(status, code, seen, target, TRAP: tl.constexpr):
+def timed_out(status, code, seen, target, TRAP: tl.constexpr):
     tl.store(status + 1, tl.program_id(0))
     tl.store(status + 2, seen)
     tl.store(status + 3, target)
@@ -145,14 +145,14 @@ def wait_flag(
     """Waits until ``flag - target >= 0`` (signed, wrap-safe) or the timeout."""
     seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
     if (seen - target) < 0:
-        deadline = _now(NUM_THREADS) + timeout_us.to(tl.int64) * 1000
+        deadline = now_ns(NUM_THREADS) + timeout_us.to(tl.int64) * 1000
         spins = 0
         while (seen - target) < 0:
             seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
             spins += 1
             if (spins % 256) == 0:
-                if _now(NUM_THREADS) > deadline:
-                    _timed_out(status, code, seen, target, TRAP)
+                if now_ns(NUM_THREADS) > deadline:
+                    timed_out(status, code, seen, target, TRAP)
                     seen = target
 
 

@@ -143,8 +143,8 @@ def allocate(
         )
     data_handle = symm_mem.rendezvous(data, group)
     flag_handle = symm_mem.rendezvous(flags, group)
-    data_bases = _bases(data, data_handle, rank)
-    flag_bases = _bases(flags, flag_handle, rank)
+    data_bases = peer_bases(data, data_handle, rank)
+    flag_bases = peer_bases(flags, flag_handle, rank)
     item = data.element_size()
     slot_bases = tuple(tuple(b + s * stride * item for b in data_bases) for s in range(slots))
     view = data.view(slots, stride)[:, : capacity * world_size * columns]
@@ -158,7 +158,7 @@ def allocate(
     )
 
 
-def _bases(tensor: torch.Tensor, handle: object, rank: int) -> list[int]:
+def peer_bases(tensor: torch.Tensor, handle: object, rank: int) -> list[int]:
     """Every rank's address of ``tensor``: the handle gives allocation bases, and
     the tensor sits at the same offset inside each rank's allocation."""
     ptrs = [int(p) for p in handle.buffer_ptrs]

@@ -2,7 +2,7 @@
 registers and spills: ``PYTHONPATH=. python scripts/sampling-compile-check.py``.
 
 It also fails a multi-warp kernel with a poll loop that one warp can leave alone
-(:func:`logits_gather.sampling.polls.warp_local_polls`; ``logits_gather.sampling.ll``,
+(:func:`logits_gather.sampling.fused.polls.warp_local_polls`; ``logits_gather.sampling.kernels.ll``,
 "Uniform polls")."""
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 
-from logits_gather.sampling import elementwise as E
-from logits_gather.sampling import finals as F
-from logits_gather.sampling import kernels as K
-from logits_gather.sampling import logprob_writer as L
-from logits_gather.sampling import nucleus as N
-from logits_gather.sampling import overflow as V
-from logits_gather.sampling import rowk as R
-from logits_gather.sampling import single as O
-from logits_gather.sampling import single_filters as SF
-from logits_gather.sampling import spill as S
-from logits_gather.sampling import topk as T
-from logits_gather.sampling.polls import warp_local_polls
+from logits_gather.sampling.fused.polls import warp_local_polls
+from logits_gather.sampling.kernels import elementwise as E
+from logits_gather.sampling.kernels import finals as F
+from logits_gather.sampling.kernels import logprob_writer as L
+from logits_gather.sampling.kernels import nucleus as N
+from logits_gather.sampling.kernels import overflow as V
+from logits_gather.sampling.kernels import rowk as R
+from logits_gather.sampling.kernels import single as O
+from logits_gather.sampling.kernels import single_filters as SF
+from logits_gather.sampling.kernels import spill as S
+from logits_gather.sampling.kernels import topk as T
+from logits_gather.sampling.kernels import writers as K
 
 TARGET = GPUTarget("cuda", 90, 32)
 I64P, F32P = "*i64", "*fp32"

@@ -7,7 +7,8 @@ V=151552) with a local mailbox. For each operation it prints microseconds per
 launch under CUDA-graph replay of: the local kernel alone (it may be replayed:
 it does not advance epochs), and the whole operation (local and final kernels;
 the final's cost is the difference), and greedy, sample, logprobs and min-p again as
-one launch (:mod:`logits_gather.sampling.single`). ``--kernels`` also prints each whole operation's
+one launch (:mod:`logits_gather.sampling.kernels.single`). ``--kernels`` also prints
+each whole operation's
 kernels with their GPU times (torch.profiler). No NVLink: add the exchange's latency.
 """
 
@@ -18,7 +19,7 @@ import statistics
 
 import torch
 
-from logits_gather.sampling import fused
+from logits_gather.sampling.fused import filtered as fused
 from tests.emulated import Ranks
 
 
@@ -94,20 +95,20 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     locals_["nucleus (top_p)"] = (f.n.nucleus_local, head, "nucleus", 0, (), nucleus)
     for name, (fn, head, op, room, tail, consts) in locals_.items():
         out[f"{name} local"] = _time(
-            lambda: f._local(fn, x, head, op, room, tail, consts)  # noqa: B023 - run at once
+            lambda: f.local(fn, x, head, op, room, tail, consts)  # noqa: B023 - run at once
         )
 
     def topk_round1(k: int = 50) -> torch.Tensor:  # as Fused.sample: the probe and the reduce
         plan = f.wide.topk(k)
-        mb = f._local(f.k.topk_probe, x, (), "probe", plan.g, (), {"G": plan.g}, plan.probe)
-        gbest, low = f._new(x), f._new(x, torch.int32)
+        mb = f.local(f.k.topk_probe, x, (), "probe", plan.g, (), {"G": plan.g}, plan.probe)
+        gbest, low = f.empty(x), f.empty(x, torch.int32)
         consts = {"G": plan.g, "ROWK": False, "BITS": 16}  # x is bfloat16
-        f._final(f.f.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), consts, plan.reduce)
+        f.final(f.f.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), consts, plan.reduce)
         return low
 
     def topk_round2(k: int = 50) -> None:  # round 2's writer alone (after round 1 above)
         plan = f.wide.topk(k)
-        f._local(f.t.topk_local, x, (t, low_k50, flags), "sample_k", plan.kp, (), {"KP": plan.kp})
+        f.local(f.t.topk_local, x, (t, low_k50, flags), "sample_k", plan.kp, (), {"KP": plan.kp})
 
     low_k50 = topk_round1()
     flags = torch.zeros(m * f.wide.splits, dtype=torch.int32, device=device)

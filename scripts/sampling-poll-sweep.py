@@ -1,6 +1,6 @@
 """Compiles every waiting (final) kernel of the fused sampling path at the geometries the
 sampler derives for each vocabulary and tp, for sm_90 (no GPU needed), and fails any
-whose poll loop one warp can leave alone (:mod:`logits_gather.sampling.polls`, the
+whose poll loop one warp can leave alone (:mod:`logits_gather.sampling.fused.polls`, the
 check the launcher makes at first launch). Registers and spills are
 ``scripts/sampling-compile-check.py``'s job.
 
@@ -18,16 +18,23 @@ from pathlib import Path
 
 from triton.compiler import ASTSource, compile
 
-from logits_gather.sampling import finals as F
-from logits_gather.sampling import nucleus as N
-from logits_gather.sampling import single as O
-from logits_gather.sampling import single_filters as SF
-from logits_gather.sampling import spill as S
-from logits_gather.sampling import topk as T
-from logits_gather.sampling.fused import NARROW, NUCLEUS_LANES, WIDE
-from logits_gather.sampling.fused_filters import FINAL_WARPS
-from logits_gather.sampling.geometry import Geometry, _pow2, _warps, room
-from logits_gather.sampling.polls import warp_local_polls
+from logits_gather.sampling.fused.geometry import (
+    FINAL_WARPS,
+    NARROW,
+    NUCLEUS_LANES,
+    WIDE,
+    Geometry,
+    pow2,
+    room,
+    select_warps,
+)
+from logits_gather.sampling.fused.polls import warp_local_polls
+from logits_gather.sampling.kernels import finals as F
+from logits_gather.sampling.kernels import nucleus as N
+from logits_gather.sampling.kernels import single as O
+from logits_gather.sampling.kernels import single_filters as SF
+from logits_gather.sampling.kernels import spill as S
+from logits_gather.sampling.kernels import topk as T
 
 _spec = importlib.util.spec_from_file_location(
     "sampling_compile_check", Path(__file__).with_name("sampling-compile-check.py")
@@ -59,12 +66,12 @@ def finals(columns: int, world: int):
                     plan.final,
                 )
     slots = max(1, min(64, NUCLEUS_LANES // narrow.c))
-    lanes = _pow2(narrow.c * slots)
+    lanes = pow2(narrow.c * slots)
     nf = dict(base, CAND=narrow.cand, SLOTS=slots, LANES=lanes, XBITS=16)
     for rowk in (False, True):  # a per-row k with top-p (rowk.py)
         nfk = dict(nf, ROWK=rowk)
-        yield f"nucleus_final rowk={rowk}", N.nucleus_final, nfk, _warps(lanes, FINAL_WARPS)
-    yield "again_final", S.again_final, nf, _warps(lanes, FINAL_WARPS)
+        yield f"nucleus_final rowk={rowk}", N.nucleus_final, nfk, select_warps(lanes, FINAL_WARPS)
+    yield "again_final", S.again_final, nf, select_warps(lanes, FINAL_WARPS)
     for n in TOP_NS:
         lp = dict(base, CAND=narrow.cand, NP=room(n))
         yield f"logprobs_final top_n={n}", F.logprobs_final, lp, 4
@@ -91,7 +98,7 @@ def _ones(wide, narrow, base: dict, world: int):
             probe = dict(one, G=plan.g, ROWK=rowk, BITS=16)
             if plan.probe_one:
                 yield f"probe_one k={k} rowk={rowk}{tag}", SF.probe_one, probe, plan.probe_one
-            tk = dict(one, KP=plan.kp, BITS=16, ROWK=rowk, SP=_pow2(wide.splits), TOPP=1, MINP=1,
+            tk = dict(one, KP=plan.kp, BITS=16, ROWK=rowk, SP=pow2(wide.splits), TOPP=1, MINP=1,
                       PLAIN=False)  # fmt: skip
             yield f"topk_one k={k} rowk={rowk}{tag}", SF.topk_one, tk, plan.final_one
             if rowk:  # without top-p: the off rows sample here (rowk.py)

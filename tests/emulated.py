@@ -1,6 +1,6 @@
 """Ranks of the fused sampling path emulated in one process.
 
-Each emulated rank has its own :class:`~logits_gather.sampling.fused.Fused` and its
+Each emulated rank has its own :class:`~logits_gather.sampling.fused.filtered.Fused` and its
 own copy of every mailbox; every copy's peer table lists all ranks' copies, so the
 real kernels run the real exchange. On a GPU each rank launches on its own CUDA
 stream: a rank's waiting kernel spins while the other ranks' writers run, as it
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from logits_gather.sampling import fused
+from logits_gather.sampling.fused import filtered as fused
 
 
 class Box:
@@ -163,7 +163,7 @@ class Ranks:
             self.run(call, check=False, after=held)
         finally:
             for f in self.fused:
-                del f._final, f._one
+                del f.final, f.one
 
     def run(
         self,

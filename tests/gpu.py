@@ -28,7 +28,7 @@ needs_gpu = pytest.mark.skipif(
 COLOCATE_ENV = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "CUDA_MODULE_LOADING": "EAGER"}
 """Ranks that share a GPU: symmetric memory across processes on one device, and torch's
 kernels loaded at start. Loaded lazily, a kernel's first use waits for the GPU to drain,
-a peer's kernel that waits for this rank included (``logits_gather.sampling.fastpath``)."""
+a peer's kernel that waits for this rank included (``logits_gather.sampling.fused.policy``)."""
 PLACEMENTS = ("one-gpu", "per-gpu", "spread")
 
 

@@ -26,21 +26,19 @@ import threading  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from logits_gather.sampling import (  # noqa: E402
+from logits_gather.sampling import reference, rng  # noqa: E402
+from logits_gather.sampling.fused import filtered as fused  # noqa: E402
+from logits_gather.sampling.fused import geometry, launcher  # noqa: E402
+from logits_gather.sampling.kernels import (  # noqa: E402
     finals,
-    fused,
-    geometry,
-    kernels,
     keys,
-    launcher,
     logprob_writer,
     masses,
     nucleus,
-    reference,
-    rng,
     single,
     topk,
 )
+from logits_gather.sampling.kernels import writers as kernels  # noqa: E402
 from tests.emulated import Box  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -156,7 +154,7 @@ def run(
         for r in range(world)
     ]
     for f in fs:
-        real = f._final
+        real = f.final
 
         def deferred(*args, real=real):
             barrier.wait()  # every rank's local kernel has run
@@ -165,16 +163,16 @@ def run(
             real(*args)
             barrier.wait()
 
-        f._final = deferred
+        f.final = deferred
     launched: set[str] = set()  # the one-launch kernels that ran
     for f in fs:
-        real_one = f._one
+        real_one = f.one
 
         def counted(fn, *args, real_one=real_one, **kw):
             launched.add(fn.__name__)
             return real_one(fn, *args, **kw)
 
-        f._one = counted
+        f.one = counted
     for op, arg in ops:
         for _ in range(2):  # twice: the second call uses the other parity and epoch 2
             outs = [None] * world
@@ -313,13 +311,13 @@ def _call(f, op, arg, shard, temp, seeds, ids):
 def _decode_kernel(cand_ptr, t, u_ptr, nbytes_ptr, N: tl.constexpr, XBITS: tl.constexpr):
     i = tl.arange(0, N)
     cand = tl.load(cand_ptr + i)
-    _, _, u, nbytes = masses._decode(cand, t, cand != keys.KEY_MIN, XBITS)
+    _, _, u, nbytes = masses.decode_keys(cand, t, cand != keys.KEY_MIN, XBITS)
     tl.store(u_ptr + i, u)
     tl.store(nbytes_ptr, nbytes)
 
 
 def check_decode() -> int:
-    """The finals' short radix keys (:func:`.masses._decode`): bfloat16 x * (1 / T) gives
+    """The finals' short radix keys (:func:`.masses.decode_keys`): bfloat16 x * (1 / T) gives
     16-bit keys ordered like s (2 bytes); s values that are no x * (1 / T) fall back to 4."""
     fails = 0
     t = 0.7
@@ -339,7 +337,7 @@ def check_decode() -> int:
         ok = bool(order.all()) and int(nbytes) == (2 if kind == "x * (1 / T)" else 4)
         if kind == "x * (1 / T)":
             ok = ok and int(u.max()) < 1 << 16
-        print(f"_decode, {kind}: bytes {int(nbytes)}, order kept {bool(order.all())}: "
+        print(f"decode_keys, {kind}: bytes {int(nbytes)}, order kept {bool(order.all())}: "
               f"{'ok' if ok else 'FAIL'}")  # fmt: skip
         fails += not ok
     return fails

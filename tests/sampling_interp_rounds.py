@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from logits_gather.sampling import fused, reference
+from logits_gather.sampling import reference
+from logits_gather.sampling.fused import filtered as fused
 from tests.emulated import Box
 from tests.gpu import SPILL_TOP_P, spill_logits
 
@@ -50,14 +51,14 @@ def _ranks(launch_lock: threading.Lock) -> list[fused.Fused]:
     barrier = threading.Barrier(WORLD)
     fs = [fused.Fused(N, WORLD, r, box_for(r), False, 2) for r in range(WORLD)]
     for f in fs:
-        real = f._final
+        real = f.final
 
         def deferred(*args, real=real):
             barrier.wait()  # every rank's local kernels have run
             real(*args)
             barrier.wait()
 
-        f._final = deferred
+        f.final = deferred
     launches = threading.Barrier(WORLD, timeout=300)  # the shared-GPU launch barrier:
 
     def meet() -> None:  # every rank must make the same barrier calls, skipped rounds or not

@@ -113,7 +113,7 @@ class Step:
         g, s, s20, sf, sp, smin, lp, speaked, skp, sspill = out
         want = reference.sample(self.spill, self.ones, seeds, pos, top_p=SPILL_TOP_P)
         assert torch.equal(sspill, want), f"{where} top_p, round 2"
-        fused = self.sampler._fused
+        fused = self.sampler.fused
         flags = fused.topp_flags.tolist()
         lam = sorted(set(fused.spilled.tolist()))  # one level: every row alike
         assert flags == [False, True], f"{where} round 2: (need, more) = {flags}, lam {lam}"

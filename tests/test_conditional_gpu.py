@@ -1,4 +1,4 @@
-"""The CUDA graph IF node of :mod:`logits_gather.sampling.conditional` (one GPU)."""
+"""The CUDA graph IF node of :mod:`logits_gather.sampling.fused.conditional` (one GPU)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.gpu, needs_gpu]
 
 
 def test_if_node_runs_its_body_only_when_the_flag_is_set() -> None:
-    from logits_gather.sampling.conditional import Conditional
+    from logits_gather.sampling.fused.conditional import Conditional
 
     dev = torch.device("cuda", 0)
     assert Conditional.problem(dev) is None, Conditional.problem(dev)
@@ -43,7 +43,7 @@ def test_if_node_runs_its_body_only_when_the_flag_is_set() -> None:
 def test_nested_if_nodes_follow_both_flags() -> None:
     """An IF node captured inside another's body (top-p's round 2, then the fallback's IF
     node): each body runs iff its own flag is set and every enclosing flag too."""
-    from logits_gather.sampling.conditional import Conditional
+    from logits_gather.sampling.fused.conditional import Conditional
 
     dev = torch.device("cuda", 0)
     cond = Conditional(dev)

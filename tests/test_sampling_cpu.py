@@ -296,10 +296,10 @@ def _tie_boundaries(full: torch.Tensor) -> tuple[int, ...]:
 
 def _check_threshold(sampler, full: torch.Tensor, shard: torch.Tensor, where: str) -> None:
     """The radix select's k-th largest equals topk's, for k at tie boundaries."""
-    from logits_gather.sampling import select
+    from logits_gather.sampling.exact import select
 
     m = shard.shape[0]
-    ex = sampler._exchange(select.WIDTH, m)
+    ex = sampler.exchange_for(select.WIDTH, m)
     xf, ff = shard.float(), full.float()
     ok = ~ff.isnan().any(1)
     for k in _tie_boundaries(full) + (1, V):
@@ -413,7 +413,7 @@ def test_positions_key_the_noise() -> None:
 def test_fused_path_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fused path serves up to MAX_WORLD ranks unless LOGITS_GATHER_SAMPLING_FUSED says
     otherwise (1: any tp, 0: never), and says why when it is off."""
-    from logits_gather.sampling import fastpath as fused
+    from logits_gather.sampling.fused import policy as fused
 
     monkeypatch.delenv(fused.FUSED_ENV, raising=False)
     assert fused.policy_problem(2) is None
@@ -428,7 +428,7 @@ def test_fused_path_policy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_fused_topk_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fused top-k is on unless LOGITS_GATHER_SAMPLING_FUSED_TOPK=0; any other value is
     a problem (raised on every rank by the construction's agreement)."""
-    from logits_gather.sampling import fastpath
+    from logits_gather.sampling.fused import policy as fastpath
 
     monkeypatch.delenv(fastpath.TOPK_ENV, raising=False)
     assert fastpath.topk_wanted() == (True, [])
@@ -456,8 +456,7 @@ def test_fused_launch_geometry(world: int, columns: int) -> None:
     gave wrong top_k tokens on GPUs: benchmarks/NOTES.md, session 3), and no kernel runs
     more than 8 warps (a 16-warp nucleus_final's optimised code returned wrong rows:
     FINAL_WARPS, session 13)."""
-    from logits_gather.sampling.fused import NARROW, WIDE, Geometry
-    from logits_gather.sampling.fused_filters import FINAL_WARPS
+    from logits_gather.sampling.fused.geometry import FINAL_WARPS, NARROW, WIDE, Geometry
 
     assert FINAL_WARPS <= 8
 
@@ -485,7 +484,7 @@ def test_fused_radix_key_bits() -> None:
     """The overflow writer's and the final kernels' radix keys of x: 16 bits only for
     bfloat16 (exact there: its values fill fp32's top 16 bits), else all 32 (float16
     values need 19; fewer bits would tie distinct values and pick wrong cuts)."""
-    from logits_gather.sampling.fused_filters import xbits
+    from logits_gather.sampling.fused.geometry import xbits
 
     assert xbits(torch.bfloat16) == 16
     assert xbits(torch.float16) == 32 and xbits(torch.float32) == 32
@@ -514,7 +513,7 @@ def test_topk_reduce_rebuilds_bfloat16_keys() -> None:
 def test_idle_writer_programs(splits: int, which: str) -> None:
     """Idle writers' programs per row: every split served (1..splits programs), about
     ``total`` in all once M is large, and never fewer than ``least`` per row."""
-    from logits_gather.sampling import geometry
+    from logits_gather.sampling.fused import geometry
 
     total, least = (
         (geometry.IDLE_PROGRAMS, geometry.IDLE_LEAST)

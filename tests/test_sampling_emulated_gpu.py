@@ -7,7 +7,7 @@ dtype, temperatures (some 0) and seeds, logits whose adversarial rows (ties at a
 top-k cut, one dominant logit over an equal tail, NaN, inf, all -inf) sit at
 random rows, and delays a random rank; every rank's answer must equal the
 definition on the gathered logits. M spans greedy, sample and logprobs as one launch
-(:mod:`logits_gather.sampling.single`, M up to ``single_rows``) and as two.
+(:mod:`logits_gather.sampling.kernels.single`, M up to ``single_rows``) and as two.
 ``LOGITS_GATHER_STRESS_ITERS`` sets the iterations per tp (default 12). Run with
 ``CUDA_MODULE_LOADING=EAGER`` (the kernels are also loaded before any rank waits:
 :meth:`tests.emulated.Ranks.warm`).

@@ -46,7 +46,7 @@ def test_min_p_log_bit_identical() -> None:
     """The fused kernels take ``log(min_p)`` with libdevice's ``log`` on the device: its bits
     equal ``torch.log``'s (the definition's) on every subnormal fp32, 0, -0.0, 1 and 2**22
     random normal values in (0, 1)."""
-    from logits_gather.sampling.elementwise import log_kernel
+    from logits_gather.sampling.kernels.elementwise import log_kernel
 
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -100,8 +100,8 @@ def _eager(rank: int, world: int, seed: int, placement: str) -> str:
     dev, n = rank_device(rank, placement), V // world
     sampler = sampling.VocabParallelSampler(n, 256, device=dev, backend="symm_mem")
     assert sampler.backend == "symm_mem", sampler.backend
-    assert sampler._fused is not None, "the fused path is not in use"
-    f = sampler._fused
+    assert sampler.fused is not None, "the fused path is not in use"
+    f = sampler.fused
     if placement == "per-gpu":  # one launch at any M, by ticket above ticket_rows
         assert f.single_rows == 256 > f.ticket_rows > 0, (f.single_rows, f.ticket_rows)
     rng = random.Random(seed)
@@ -137,7 +137,7 @@ def _eager(rank: int, world: int, seed: int, placement: str) -> str:
         )
         want = reference.sample(spill, ones, seeds, pos, top_p=SPILL_TOP_P)
         assert torch.equal(got, want), f"{where} round 2: rows {(got != want).nonzero()}"
-        flags = sampler._fused.topp_flags.tolist()
+        flags = sampler.fused.topp_flags.tolist()
         if world > 1:  # spill_logits' rows need round 2 only at world >= 2
             assert flags == [False, True], f"{where} round 2: (need, more) = {flags}"
         torch.cuda.synchronize()
@@ -161,7 +161,7 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
     step()  # builds every exchange this graph uses (collective), outside capture
     torch.cuda.synchronize()
     sampler.check()  # the first calls load every kernel: none may have timed out
-    assert sampler._topp_if, "no CUDA graph IF node for top-p's fallback (see the INFO log)"
+    assert sampler.topp_if, "no CUDA graph IF node for top-p's fallback (see the INFO log)"
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = step()

@@ -41,7 +41,7 @@ def test_barrier_after_load_before_first_launch() -> None:
     barrier runs, then it launches; later launches of the variant skip all three, whatever
     their rows or int arguments (a rank's own offset differs across ranks: the barrier
     calls must not)."""
-    from logits_gather.sampling.launcher import Launcher
+    from logits_gather.sampling.fused.launcher import Launcher
 
     log: list = []
     launch = Launcher(None, barrier=lambda: log.append("barrier"))
@@ -96,7 +96,7 @@ class _WithPtx:
 
 
 def test_poll_check_tells_warp_local_exits_apart() -> None:
-    from logits_gather.sampling.polls import check, warp_local_polls
+    from logits_gather.sampling.fused.polls import check, warp_local_polls
 
     assert warp_local_polls(WARP_LOCAL) == ["$L__BB0_3"]
     assert warp_local_polls(BLOCK_WIDE) == []
@@ -111,7 +111,7 @@ def test_poll_check_tells_warp_local_exits_apart() -> None:
 def test_launcher_raises_for_a_warp_local_poll() -> None:
     """The first launch of a compiled kernel whose poll one warp can leave alone raises
     (its result could be wrong); a block-wide one launches and is cached."""
-    from logits_gather.sampling.launcher import Launcher
+    from logits_gather.sampling.fused.launcher import Launcher
 
     class Kernel:
         __name__ = "nucleus_final"
@@ -131,7 +131,7 @@ def test_launcher_raises_for_a_warp_local_poll() -> None:
 def test_sharing_barrier_warns_once_about_lazy_loading(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from logits_gather.sampling import fastpath
+    from logits_gather.sampling.fused import policy as fastpath
 
     monkeypatch.setattr(fastpath, "_warned_lazy", [])
     monkeypatch.setenv(fastpath.LOADING_ENV, "EAGER")
@@ -149,7 +149,7 @@ def test_sharing_barrier_warns_once_about_lazy_loading(
 def _dead_peer(rank: int, world: int) -> str:
     import time
 
-    from logits_gather.sampling import fastpath
+    from logits_gather.sampling.fused import policy as fastpath
 
     fastpath.COMPILE_S = 1.0  # this process's copy only
     barrier = fastpath.sharing_barrier(None, 0.5)
@@ -238,7 +238,7 @@ def test_bound_launch_fixes_all_but_the_free_arguments(
     too). A bound launch that fails returns False (the caller
     then launches through the JIT route), which serves from then on (logged once):
     nothing binds afterwards."""
-    from logits_gather.sampling import launcher as launcher_mod
+    from logits_gather.sampling.fused import launcher as launcher_mod
 
     monkeypatch.setattr(launcher_mod, "_get_device", lambda: 0)
     log: list = []
@@ -276,9 +276,9 @@ def test_scalar_filters_rows_are_cached_and_exact() -> None:
     fresh fill, tensors pass through, and the cache stays bounded."""
     from types import SimpleNamespace
 
-    from logits_gather.sampling import topp
+    from logits_gather.sampling.fused import fallback as topp
 
-    s = SimpleNamespace(device=torch.device("cpu"), capacity=8, _filled={})
+    s = SimpleNamespace(device=torch.device("cpu"), capacity=8, filled={})
     p = topp.filled(s, 0.9, 5, torch.float64)
     assert p.shape == (5, 1) and torch.equal(p, topp.rows(0.9, 5, torch.float64, s.device))
     again = topp.filled(s, 0.9, 3, torch.float64)
@@ -294,7 +294,7 @@ def test_scalar_filters_rows_are_cached_and_exact() -> None:
     assert pv.shape == (6,) and pv.dtype == torch.float64
     for i in range(3 * topp.FILLED_MOST):
         topp.filled(s, i / 1000, 2, torch.float32)
-    assert len(s._filled) <= topp.FILLED_MOST
+    assert len(s.filled) <= topp.FILLED_MOST
 
 
 def test_row_parameters_reach_the_kernels_contiguous() -> None:
@@ -332,7 +332,7 @@ def test_one_launch_takes_tickets_above_ticket_rows(monkeypatch: pytest.MonkeyPa
     by that choice and by the free tensors' dtypes."""
     from types import SimpleNamespace
 
-    from logits_gather.sampling import one_launch
+    from logits_gather.sampling.fused import one_launch
 
     launched: list = []
     box = SimpleNamespace(plans={}, check=lambda: None, peers=0, data=0, epoch=0, arrivals=0,

@@ -1,6 +1,6 @@
 """The fused finals' poll loops, compiled for sm_90 (needs Triton, no GPU): no multi-warp
 poll may leave its loop on a test that one warp decides alone
-(:mod:`logits_gather.sampling.ll`, "Uniform polls"). Skipped where Triton is absent."""
+(:mod:`logits_gather.sampling.kernels.ll`, "Uniform polls"). Skipped where Triton is absent."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ POLLERS = ("nucleus_final", "again_final", "topk_reduce", "topk_final", "logprob
 def test_multi_warp_polls_exit_together(which: str) -> None:
     from triton.compiler import ASTSource, compile
 
-    from logits_gather.sampling.polls import warp_local_polls
+    from logits_gather.sampling.fused.polls import warp_local_polls
 
     check = _check()
     seen = 0

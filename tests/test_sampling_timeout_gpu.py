@@ -30,7 +30,7 @@ def _run(rank: int, world: int, placement: str, mode: str, peer: str) -> str:
 
     dev = rank_device(rank, placement)
     sampler = VocabParallelSampler(COLUMNS, 4, device=dev, timeout_s=1.0, on_timeout=mode)
-    assert sampler._fused is not None
+    assert sampler.fused is not None
     gen = torch.Generator(device=dev).manual_seed(7)
     full = torch.randn(3, world * COLUMNS, device=dev, generator=gen)
     shard = full[:, rank * COLUMNS : (rank + 1) * COLUMNS].contiguous()

@@ -52,7 +52,7 @@ def _vllm_tokens(logits, temp, seeds, pos, mp=None) -> torch.Tensor:
 def test_scores_equal_vllm_bits() -> None:
     import triton
 
-    from logits_gather.sampling import elementwise
+    from logits_gather.sampling.kernels import elementwise
 
     _vllm()
     from tests.vllm_scores import vllm_scores
@@ -85,7 +85,7 @@ def _tokens(rank: int, world: int, seed: int, placement: str) -> int:
 
     dev, n = rank_device(rank, placement), V // world
     sampler = sampling.VocabParallelSampler(n, 256, device=dev, backend="symm_mem")
-    assert sampler._fused is not None, "the fused path is not in use"
+    assert sampler.fused is not None, "the fused path is not in use"
     gen = torch.Generator(device=dev).manual_seed(seed)  # the same inputs on every rank
     rows = 0
     for dtype in (torch.bfloat16, torch.float16, torch.float32):

@@ -144,7 +144,7 @@ def rank_env(plan: Plan) -> dict[str, str]:
     """Environment every rank needs before torch.distributed or CUDA start. Ranks that
     share a GPU also load every CUDA kernel at start: a kernel loaded on first use waits
     for the GPU to drain, and on a shared GPU that includes a peer's kernel waiting for
-    this rank (``logits_gather.sampling.fastpath.sharing_barrier``)."""
+    this rank (``logits_gather.sampling.fused.policy.sharing_barrier``)."""
     env = dict(NVLS_OFF)
     if plan.shared:
         env[OVERLAP_ENV] = "1"

@@ -36,7 +36,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import checks, exchange, reference, route
+from . import checks, reference, route
+from .exact import exchange
 from .sampler import MAX_CANDIDATES, Logprobs, VocabParallelSampler
 
 _samplers: dict[tuple[Any, ...], VocabParallelSampler] = {}
@@ -57,12 +58,12 @@ def cached_sampler(
     """The sampler the module functions use for ``shard``; collective when it is new."""
     _world(group)
     m = checks.shard(shard)
-    key = (exchange._group_key(group), shard.device, shard.shape[1])
+    key = (exchange.group_key(group), shard.device, shard.shape[1])
     sampler = _samplers.get(key)
     if sampler is None:
         capacity = 1 << max(m - 1, 1).bit_length()
         sampler = VocabParallelSampler(shard.shape[1], capacity, shard.device, group)
-        sampler._grow = True
+        sampler.grow = True
         _samplers[key] = sampler
     return sampler
 
@@ -96,7 +97,7 @@ def sample(
     p = checks.top_p(top_p, m, dev)
     mp = checks.min_p(min_p, m, dev)
     sampler = cached_sampler(shard, group)
-    sampler._rows(shard)
+    sampler.rows(shard)
     return route.sample(sampler, shard, t, seeds, pos, k, p, mp)
 
 
@@ -113,8 +114,8 @@ def logprobs(
     ids = checks.token_ids(token_ids, m, vocab, shard.device, True)
     n = checks.top_n(top_n, vocab)
     sampler = cached_sampler(shard, group)
-    sampler._rows(shard)
-    return sampler._logprobs(shard, ids, n)
+    sampler.rows(shard)
+    return sampler.logprobs_rows(shard, ids, n)
 
 
 __all__ = [

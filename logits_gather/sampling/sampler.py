@@ -8,10 +8,11 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from ..checks import resolve_device as _resolve_device
-from ..checks import resolve_options
-from . import checks, exchange, fastpath, mailbox, ops, route
-from .filters import MAX_CANDIDATES
+from ..checks import resolve_device, resolve_options
+from . import checks, route
+from .exact import exchange, ops
+from .exact.filters import MAX_CANDIDATES
+from .fused import mailbox, policy
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,9 @@ class VocabParallelSampler:
 
     On CUDA with Triton, when every rank's GPU can map its peers' memory (as
     :class:`~logits_gather.LogitsGather`'s kernel needs), greedy, sample (no
-    filter, ``min_p`` alone, or ``top_p`` with or without ``min_p``: :mod:`.topp`) and
+    filter, ``min_p`` alone, or ``top_p`` with or without ``min_p``: :mod:`.fallback`) and
     logprobs run fused
-    (:mod:`.fused`: two Triton kernels that exchange through symmetric memory, one for
+    (:mod:`.rounds`: two Triton kernels that exchange through symmetric memory, one for
     eager greedy, sample and logprobs, and one per round of min-p and top-k:
     :mod:`.single`);
     ``fused=False`` forces the torch-ops path (the one CPUs use); by default the fused
@@ -51,7 +52,7 @@ class VocabParallelSampler:
     never); an int ``top_k <= 64``, with or without ``top_p`` and ``min_p``
     (:mod:`.topk`), joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=0``; a per-row
     ``top_k`` tensor joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK_ROWS=0``
-    (:data:`.fastpath.ROWS_ENV`; both the same on every rank). ``timeout_s`` and
+    (:data:`.policy.ROWS_ENV`; both the same on every rank). ``timeout_s`` and
     ``on_timeout`` bound the fused kernels' waits for peers as in ``LogitsGather``
     (defaults from ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see
     :meth:`check`.
@@ -76,7 +77,7 @@ class VocabParallelSampler:
                 "(call torch.distributed.init_process_group first)"
             )
         checks.construction(columns, capacity, backend)
-        device, problems = _resolve_device(device)
+        device, problems = resolve_device(device)
         timeout_s, on_timeout, _, more = resolve_options(timeout_s, on_timeout, False)
         if problems or more:
             raise ValueError("; ".join(problems + more))
@@ -89,7 +90,7 @@ class VocabParallelSampler:
         self.device: torch.device = device
         self.check_values = bool(check_values)
         self._backend = backend
-        self._grow = False
+        self.grow = False
         start = self.rank * columns
         self._offsets = torch.arange(self.world_size, device=device).mul_(columns)[:, None]
         self.ids = torch.arange(start, start + columns, dtype=torch.int64, device=device)
@@ -99,28 +100,26 @@ class VocabParallelSampler:
         self._exchanges: dict[int, exchange.Exchange] = {}
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
         self.timeout_s, self.on_timeout = timeout_s, on_timeout
-        self._fused = None
-        self._fused_topk = self._fused_rows = False
-        self._fallback_warm: set[str] = set()  # kinds whose fallback ran once (topp.py)
-        self._topp_if = None  # top-p's IF-node builder (topp.py): None unknown, False none
-        self._filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (topp.filled)
+        self.fused = None
+        self.fused_topk = self.fused_rows = False
+        self.fallback_warm: set[str] = set()  # kinds whose fallback ran once (topp.py)
+        self.topp_if = None  # top-p's IF-node builder (topp.py): None unknown, False none
+        self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (topp.filled)
         if fused and backend != "torch.distributed":
-            self._fused, self._fused_topk, self._fused_rows = fastpath.decide(
-                self, on_timeout == "trap"
-            )
-        if self._fused is None:
+            self.fused, self.fused_topk, self.fused_rows = policy.decide(self, on_timeout == "trap")
+        if self.fused is None:
             for width in (ops.GREEDY_WIDTH, ops.BEST_WIDTH):
-                self._exchange(width, capacity)
+                self.exchange_for(width, capacity)
 
     @property
     def backend(self) -> str:
         """How ranks exchange values: ``"symm_mem"`` (the fused kernels' mailboxes, or the
         exchanges' symmetric-memory kernel) or ``"torch.distributed"``."""
-        if self._fused is not None:
+        if self.fused is not None:
             return "symm_mem"
-        return self._exchange(ops.GREEDY_WIDTH, 1).backend
+        return self.exchange_for(ops.GREEDY_WIDTH, 1).backend
 
-    def _box(self, words: int, rows: int) -> mailbox.Mailbox:
+    def box(self, words: int, rows: int) -> mailbox.Mailbox:
         return self._boxes.get(words, rows, self.capacity)
 
     def check(self) -> None:
@@ -132,7 +131,7 @@ class VocabParallelSampler:
         for ex in self._exchanges.values():
             ex.gather.check(synchronize=False)
 
-    def _exchange(self, width: int, rows: int) -> exchange.Exchange:
+    def exchange_for(self, width: int, rows: int) -> exchange.Exchange:
         ex = self._exchanges.get(width)
         if ex is None or ex.capacity < rows:
             ex = exchange.get(
@@ -146,12 +145,12 @@ class VocabParallelSampler:
             self._exchanges[width] = ex
         return ex
 
-    def _rows(self, shard: torch.Tensor) -> int:
+    def rows(self, shard: torch.Tensor) -> int:
         m = checks.shard(
             shard,
             columns=self.columns,
             device=self.device,
-            capacity=None if self._grow else self.capacity,
+            capacity=None if self.grow else self.capacity,
         )
         if m > self.capacity:  # only when growing: double, so growth stays rare
             self.capacity = max(1 << (m - 1).bit_length(), 2 * self.capacity)
@@ -161,10 +160,10 @@ class VocabParallelSampler:
     def greedy(self, shard: torch.Tensor) -> torch.Tensor:
         """Global argmax ``[M]`` (int64) of the gathered rows, exactly ``torch.argmax``:
         the lowest global id among equal maxima, the first NaN if a row has one."""
-        m = self._rows(shard)
-        if self._fused is not None:
-            return self._fused.greedy(shard)
-        ex = self._exchange(ops.GREEDY_WIDTH, m)
+        m = self.rows(shard)
+        if self.fused is not None:
+            return self.fused.greedy(shard)
+        ex = self.exchange_for(ops.GREEDY_WIDTH, m)
         ops.pack_greedy(shard, ex.payload[:m])
         return ops.combine_greedy(ex.send(m), shard.dtype, self.columns)[0]
 
@@ -190,7 +189,7 @@ class VocabParallelSampler:
         and ``min_p`` 0.0 switch a row's filter off. ``temperature[i] == 0`` gives
         the greedy token.
         """
-        m = self._rows(shard)
+        m = self.rows(shard)
         dev = self.device
         t = checks.temperature(temperature, m, dev, self.check_values)
         seeds = checks.seed(seed, m, dev)
@@ -211,17 +210,17 @@ class VocabParallelSampler:
         6e-6 * (1 + |ref|) on CPU at V = 151552). Rows with NaN or +inf, and rows of
         all -inf, give NaN as log_softmax does.
         """
-        m = self._rows(shard)
+        m = self.rows(shard)
         ids = checks.token_ids(token_ids, m, self.vocab, self.device, self.check_values)
         n = checks.top_n(top_n, self.vocab)
-        return self._logprobs(shard, ids, n)
+        return self.logprobs_rows(shard, ids, n)
 
-    def _logprobs(self, shard: torch.Tensor, ids: torch.Tensor, n: int) -> Logprobs:
+    def logprobs_rows(self, shard: torch.Tensor, ids: torch.Tensor, n: int) -> Logprobs:
         m = shard.shape[0]
-        if self._fused is not None:
-            return Logprobs(*self._fused.logprobs(shard, ids, n))
+        if self.fused is not None:
+            return Logprobs(*self.fused.logprobs(shard, ids, n))
         room = ops.slots(n, checks.MAX_TOP_N)
-        ex = self._exchange(ops.logprobs_width(room), m)
+        ex = self.exchange_for(ops.logprobs_width(room), m)
         local = ids - self.rank * self.columns
         ops.pack_logprobs(shard.to(torch.float32), local, n, room, ex.payload[:m], self._low)
         return Logprobs(*ops.combine_logprobs(ex.send(m), ids, n, room, self.columns))

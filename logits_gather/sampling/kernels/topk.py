@@ -1,7 +1,7 @@
 """Top-k on the fused path, with min-p and top-p over the exact top-k set (imported
 lazily: needs Triton): round 2's first writer and the final kernel.
 
-Round 1 (:func:`.kernels.topk_probe`, :func:`.finals.topk_reduce`) gives every rank the
+Round 1 (:func:`.writers.topk_probe`, :func:`.finals.topk_reduce`) gives every rank the
 row's greedy key and a bound ``low`` at or below the row's k-th largest ``s``. Round 2
 has two writers, launched back to back:
 
@@ -41,7 +41,7 @@ them (``tau`` by bisection), and the token is the best score among the kept elem
 at or above ``tau``. No fallback is needed.
 
 The cut and ``tau`` are searched over radix keys ordered like ``s``
-(:func:`.masses._decode`): for bfloat16 inputs, 16-bit keys of ``x`` recovered from
+(:func:`.masses.decode_keys`): for bfloat16 inputs, 16-bit keys of ``x`` recovered from
 ``s`` (two radix rounds instead of four, at most 16 bisection steps instead of about
 25), checked per row; else ``ordered32(s)``'s 32 bits.
 """
@@ -52,8 +52,7 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .finals import _row, _use_greedy, row_k, sample_row
-from .kernels import _load_row, _target, full
+from .finals import row_box, row_k, sample_row, use_greedy
 from .keys import (
     KEY_MIN,
     LOW,
@@ -66,7 +65,8 @@ from .keys import (
     scale,
     value,
 )
-from .masses import _decode, _mass, _score_keys, _tau, _thr
+from .masses import decode_keys, mass_q, mass_threshold, score_keys, tau_level
+from .writers import full, load_row, row_target
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -88,7 +88,7 @@ def _topk_local(
     BLOCK: tl.constexpr, KP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     FULL: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
+    row, cols, mask, x, gidx = load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
     t = tl.load(t_ptr + row)
     r = divisor(t)
     s = scale(x, r)
@@ -96,7 +96,7 @@ def _topk_local(
     slot = tl.cumsum(sel.to(tl.int32), 0) - 1
     count = tl.sum(sel.to(tl.int32), 0)
     fits = count <= KP
-    ep, off = _target(epoch, pstride, relems, row)
+    ep, off = row_target(epoch, pstride, relems, row)
     split = tl.program_id(1)
     tl.store(flags + row * tl.num_programs(1) + split, tl.where(fits, -ep, ep))
     base = own + split * (2 + KP)
@@ -159,7 +159,7 @@ def _topk_row(
     TRAP: tl.constexpr,
 ):  # fmt: skip
     F: tl.constexpr = 2 + KP
-    ep, rowbox = _row(box, epoch, pstride, relems, row)
+    ep, rowbox = row_box(box, epoch, pstride, relems, row)
     e = tl.arange(0, CAND * KP)  # candidate e: split e // KP, slot e % KP (1-D throughout)
     on = (e // KP) < C
     # One poll for the candidates and the heads: lanes 2q and 2q + 1 of the second set
@@ -170,9 +170,9 @@ def _topk_row(
     gbest = tl.load(gbest_ptr + row)
     t = tl.load(t_ptr + row)
     tok = index(gbest)
-    if not _use_greedy(t, gbest):
+    if not use_greedy(t, gbest):
         valid = on & (cand != KEY_MIN)
-        s, h, u, nbytes = _decode(cand, t, valid, XBITS)
+        s, h, u, nbytes = decode_keys(cand, t, valid, XBITS)
         kk = tl.maximum(tl.minimum(row_k(k, row, ROWK), tl.sum(valid.to(tl.int32), 0)), 1)
         # The k-th largest u (a radix select) holds the k-th largest s.
         uk = kth_largest_in(u, valid, kk, nbytes)
@@ -191,14 +191,14 @@ def _topk_row(
         if TOPP:
             p = tl.load(p_ptr + row).to(tl.float64)  # float32 or float64
             if p < 1.0:
-                q = tl.where(kept, _mass(s, smax), 0)
+                q = tl.where(kept, mass_q(s, smax), 0)
                 # The left-out elements at the cut.
                 n = tl.sum(tl.where(left & (fh == cut), floor >> 32, 0), 0)
-                thr = _thr(tl.sum(q, 0) + n * _mass(vcut, smax), p)
+                thr = mass_threshold(tl.sum(q, 0) + n * mass_q(vcut, smax), p)
                 # The mass at or above the cut is all of it; above the largest, none.
                 hi = tl.max(tl.where(kept, u, uk), 0) + 1
-                lo = _tau(u, h, q, kept, uk, hi, thr, cut)
-        sc = _score_keys(cand, seed_ptr, row)
+                lo = tau_level(u, h, q, kept, uk, hi, thr, cut)
+        sc = score_keys(cand, seed_ptr, row)
         best = tl.max(tl.where(kept & (h >= lo), sc, KEY_MIN), 0)
         # A split that left out elements equal to its k-th value sent the best score among
         # all of them (they share one s), its tie word: it stands for each, and it is at

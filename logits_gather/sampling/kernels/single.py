@@ -1,6 +1,6 @@
 """One launch instead of two: greedy, sample and logprobs whose writer also waits.
 
-Each kernel here is a ``*_local`` writer of :mod:`.kernels` on the same ``(M, S)`` grid,
+Each kernel here is a ``*_local`` writer of :mod:`.writers` on the same ``(M, S)`` grid,
 storing the same words into the same mailbox, followed by its final kernel's work for
 the row (:mod:`.finals`), done by the row's last program to arrive on this rank. A
 separate waiting kernel costs a launch: on the host about as much as the rest of an eager
@@ -37,7 +37,7 @@ ways, picked per call (``TICKET``):
   that split. At most ``M`` readers per rank wait at once, and only for peers' writers,
   which never wait; so this runs only while the readers of every rank on a GPU cannot
   fill it: ``M`` at most half the SMs (one rank per GPU), or half the SMs divided among
-  the ranks that share the GPU (:func:`.fastpath.single_rows`).
+  the ranks that share the GPU (:func:`.policy.single_rows`).
 - Work by ticket (any ``M``, one rank per GPU): program ``(i, s)`` first takes a
   ticket ``t`` from its split column's counter (one relaxed atomic add on word ``s``)
   and writes split ``s`` of row ``t``: each column hands out its rows in order, whatever
@@ -63,8 +63,8 @@ import triton
 import triton.language as tl
 
 from .finals import greedy_row, logprobs_row, sample_row
-from .kernels import greedy_write, sample_write
 from .logprob_writer import logprobs_write
+from .writers import greedy_write, sample_write
 
 
 @triton.jit
@@ -100,7 +100,7 @@ def greedy_one(
     status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     CAND: tl.constexpr, KEY: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
 ):  # fmt: skip
-    """:func:`.kernels.greedy_local` then :func:`.finals.greedy_final` in one launch."""
+    """:func:`.writers.greedy_local` then :func:`.finals.greedy_final` in one launch."""
     row, split = place(arrivals, TICKET)
     greedy_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
                  BLOCK, WORLD, THREADS)  # fmt: skip
@@ -115,7 +115,7 @@ def sample_one(
     own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr,
     THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
 ):  # fmt: skip
-    """:func:`.kernels.sample_local` then :func:`.finals.sample_final` in one launch."""
+    """:func:`.writers.sample_local` then :func:`.finals.sample_final` in one launch."""
     row, split = place(arrivals, TICKET)
     sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems,
                  own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip

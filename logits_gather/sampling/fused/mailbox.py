@@ -2,7 +2,7 @@
 
 A :class:`Mailbox` is built collectively by every rank with the same arguments;
 :class:`Mailboxes` keeps a sampler's, one per row width. Whether a group uses them
-at all is decided in :mod:`.fastpath`.
+at all is decided in :mod:`.policy`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from .. import symmetric
-from ..checks import PeerTimeoutError, agree
-from . import exchange
+from ... import symmetric
+from ...checks import PeerTimeoutError, agree
+from ..exact import exchange
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Mailbox:
                 if enable is not None:
                     enable(group_.group_name)
             self._handle = symm_mem.rendezvous(data, group_)
-            bases = symmetric._bases(data, self._handle, rank)
+            bases = symmetric.peer_bases(data, self._handle, rank)
         self.data = data
         self.peers = torch.tensor(bases, dtype=torch.int64, device=device)
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
@@ -129,7 +129,7 @@ class Mailboxes:
         mb = self._boxes.get(words)
         if mb is not None and mb.capacity >= rows:
             return mb
-        if exchange._capturing(self.device):
+        if exchange.capturing(self.device):
             raise RuntimeError(
                 f"logits_gather.sampling: no mailbox of {words} words for {rows} rows; it "
                 "is built collectively on first use, which cannot happen inside CUDA graph "

@@ -3,7 +3,7 @@ between two rounds), one CTA per row (a bounded grid loops over rows).
 
 Each waits in :func:`.ll.wait` until all ``W * S`` splits of its row carry the
 row's next epoch, reduces them, writes the answer and stores the epoch. Word
-layouts are in :mod:`.kernels`.
+layouts are in :mod:`.writers`.
 """
 
 from __future__ import annotations
@@ -13,27 +13,27 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import ll
-from .kernels import _target
 from .keys import KEY_MIN, divisor, index, kth_largest, ordered32, ordered_value, scale, value
+from .writers import row_target
 
 
 @triton.jit
-def _gathered(
+def gathered(
     box, epoch, pstride, relems, status, timeout_us, row, idx, mask,
     THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """(epoch, row pointer, words): ``row`` of the mailbox once every word in ``idx`` is
     in. Final kernels loop over rows (``M`` rows, grid ``<= M``): a bounded grid keeps
-    ranks that share a GPU from filling it with waiting CTAs (see :mod:`.fused`)."""
-    ep, rowbox = _row(box, epoch, pstride, relems, row)
+    ranks that share a GPU from filling it with waiting CTAs (see :mod:`.rounds`)."""
+    ep, rowbox = row_box(box, epoch, pstride, relems, row)
     words = ll.wait(rowbox, idx, mask, ep, timeout_us, status, THREADS, TRAP)
     return ep, rowbox, words
 
 
 @triton.jit
-def _row(box, epoch, pstride, relems, row):
+def row_box(box, epoch, pstride, relems, row):
     """(epoch, row pointer) of ``row`` of the mailbox, for the caller's own waits."""
-    ep, off = _target(epoch, pstride, relems, row)
+    ep, off = row_target(epoch, pstride, relems, row)
     return ep, box + off
 
 
@@ -43,7 +43,7 @@ def greedy_final(
     CAND: tl.constexpr, KEY: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """The row's greedy token, or with ``KEY`` its greedy key (min-p's first round, for
-    :func:`.kernels.minp_local`)."""
+    :func:`.writers.minp_local`)."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         greedy_row(box, epoch, pstride, relems, status, timeout_us, row, out_ptr, C, CAND, KEY,
@@ -58,7 +58,7 @@ def greedy_row(
 ):  # fmt: skip
     """:func:`greedy_final`'s work for one row (also :mod:`.single`'s)."""
     i = tl.arange(0, CAND)
-    ep, _, g = _gathered(
+    ep, _, g = gathered(
         box, epoch, pstride, relems, status, timeout_us, row, i, i < C, THREADS, TRAP
     )
     best = tl.max(tl.where(i < C, g, KEY_MIN), 0)
@@ -106,7 +106,7 @@ def reduce_row(
     """:func:`topk_reduce`'s work for one row (also :mod:`.single_filters`'s)."""
     c = tl.arange(0, CAND)
     ok = c < C
-    ep, rowbox, gx = _gathered(
+    ep, rowbox, gx = gathered(
         box, epoch, pstride, relems, status, timeout_us, row, c * (1 + G), ok, THREADS, TRAP
     )
     e = tl.arange(0, CAND * G)  # sent key e: split e // G, group e % G
@@ -129,7 +129,7 @@ def reduce_row(
 
 
 @triton.jit
-def _use_greedy(t, gbest):
+def use_greedy(t, gbest):
     smax = scale(value(gbest), divisor(t))
     return (t == 0.0) | (smax != smax) | (tl.abs(smax) == float("inf"))
 
@@ -156,14 +156,14 @@ def sample_row(
     at ``c * F`` (:mod:`.rowk`: in top-k's layout)."""
     c = tl.arange(0, CAND)
     ok = c < C
-    ep, rowbox, w0 = _gathered(
+    ep, rowbox, w0 = gathered(
         box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
     )
     w1 = ll.wait(rowbox, c * F + 1, ok, ep, timeout_us, status, THREADS, TRAP)
     gbest = tl.max(tl.where(ok, w0, KEY_MIN), 0)
     sbest = tl.max(tl.where(ok, w1, KEY_MIN), 0)
     t = tl.load(t_ptr + row)
-    tok = tl.where(_use_greedy(t, gbest), index(gbest), index(sbest))
+    tok = tl.where(use_greedy(t, gbest), index(gbest), index(sbest))
     tl.store(out_ptr + row, tok)
     tl.store(epoch + row, ep)
 
@@ -192,7 +192,7 @@ def logprobs_row(
     c = tl.arange(0, CAND)
     ok = c < C
     at = (c // S) * RW + 1 + (c % S) * (1 + NP)
-    ep, rowbox = _row(box, epoch, pstride, relems, row)
+    ep, rowbox = row_box(box, epoch, pstride, relems, row)
     tok = tl.load(ids_ptr + row)
     owner = tl.minimum(tl.maximum(tok // N, 0), W - 1).to(tl.int32)
     # One poll for every word (one memory round trip once they are in, not three in

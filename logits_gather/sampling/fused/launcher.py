@@ -43,7 +43,7 @@ class Launcher:
     Each compiled kernel passes :func:`.polls.check` at its first launch (a compiled
     poll that could make its result wrong raises, on every rank alike).
 
-    ``barrier`` (ranks that share a GPU, :func:`.fastpath.decide`): a host-side
+    ``barrier`` (ranks that share a GPU, :func:`.policy.decide`): a host-side
     collective run once per kernel variant, after this rank has compiled and loaded it
     and before its first launch. Loading a module waits for the GPU to drain; on a shared
     GPU that includes a peer's waiting kernel, which may be waiting for a writer this

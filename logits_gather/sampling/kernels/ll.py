@@ -32,13 +32,13 @@ So B has consumed use ``E`` before anyone overwrites that parity.
 
 Waiting kernels wait only for writers launched earlier on other ranks' streams,
 which never wait themselves, so no co-residency is needed; their grids are bounded
-when ranks share a GPU (see :func:`.fastpath.fast_path_problem`). The one-launch
+when ranks share a GPU (see :func:`.policy.fast_path_problem`). The one-launch
 kernels of :mod:`.single` read inside the writers' own kernel, with the same words,
 epochs and parities; their arrival count and the bound that keeps their readers from
 starving the writers are documented there.
 
 Uniform polls: every thread of a reader must leave its poll loop at the same poll. The
-loop's timer (``_now``, a block-wide max) and the code after it synchronise the CTA
+loop's timer (``now_ns``, a block-wide max) and the code after it synchronise the CTA
 with ``bar.sync``, and warps that meet different ``bar.sync`` instructions release each
 other: reductions then combine shared-memory partials of different steps, and the
 reader computes from words it never loaded (wrong ``lam``, wrong tokens, one rank only,
@@ -66,7 +66,7 @@ import os
 import triton
 import triton.language as tl
 
-from ..kernel import _now, _timed_out
+from ...kernel import now_ns, timed_out
 
 HW: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
 LOW: tl.constexpr = tl.constexpr(0xFFFFFFFF)
@@ -181,7 +181,7 @@ def _give_up(lo, mask, ep, status, TRAP: tl.constexpr):
     or returns."""
     seen = tl.min(tl.where(mask, lo >> 32, ep.to(tl.int64)))
     where = status.to(tl.pointer_type(tl.int32))
-    _timed_out(where, TIMEOUT_IN_SAMPLING, seen.to(tl.int32), ep, TRAP)
+    timed_out(where, TIMEOUT_IN_SAMPLING, seen.to(tl.int32), ep, TRAP)
 
 
 @triton.jit
@@ -203,10 +203,10 @@ def _spin(at, mask, ep, timeout_us, status, THREADS: tl.constexpr, TRAP: tl.cons
         waiting = not _ready(lo, hi, live, ep)
         if waiting:
             if spins == 0:
-                deadline = _now(THREADS) + timeout_us.to(tl.int64) * 1000
+                deadline = now_ns(THREADS) + timeout_us.to(tl.int64) * 1000
             spins += 1
             if (spins % 64) == 0:
-                if _now(THREADS) > deadline:
+                if now_ns(THREADS) > deadline:
                     _give_up(lo, live, ep, status, TRAP)
                     waiting = False
 
@@ -239,14 +239,14 @@ def wait(
     elif FEW:
         pass  # loaded after the poll and a barrier: every word complete
     elif not _ready(lo, hi, mask, ep):
-        deadline = _now(THREADS) + timeout_us.to(tl.int64) * 1000
+        deadline = now_ns(THREADS) + timeout_us.to(tl.int64) * 1000
         spins = 0
         while not _ready(lo, hi, mask, ep):
             lo = tl.load(at, mask=mask, other=0, volatile=True)
             hi = tl.load(at + 1, mask=mask, other=0, volatile=True)
             spins += 1
             if (spins % 64) == 0:
-                if _now(THREADS) > deadline:
+                if now_ns(THREADS) > deadline:
                     _give_up(lo, mask, ep, status, TRAP)
                     lo = _element(lo, ep)
                     hi = _element(hi, ep)

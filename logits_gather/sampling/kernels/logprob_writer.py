@@ -1,6 +1,6 @@
 """The logprobs writer of the fused path (imported lazily: needs Triton): per split, the
 ``(max, sum exp)`` pair and the ``top_n`` largest keys, plus the token's logit as the
-head word (layouts: :mod:`.kernels`)."""
+head word (layouts: :mod:`.writers`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import ll
-from .kernels import _load_at, _target, full_at
 from .keys import KEY_MIN, LOW, key_at, ordered32, radix_bits
+from .writers import full_at, load_at, row_target
 
 
 @triton.jit(do_not_specialize=["own", "n", "col0"])
@@ -49,14 +49,14 @@ def _logprobs_local(
     BLOCK: tl.constexpr, NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr,
     THREADS: tl.constexpr, FULL: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
     m = tl.max(x, 0)
     shift = tl.where(m == float("-inf"), 0.0, m)
     total = tl.sum(tl.where(mask, libdevice.exp(x - shift), 0.0), 0)
     pair = (total.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (
         m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
     )
-    ep, off = _target(epoch, pstride, relems, row)
+    ep, off = row_target(epoch, pstride, relems, row)
     base = own + 1 + split * (1 + NP)
     ll.put_few(peers, off, base, pair, pair, ep, 1, WORLD, THREADS)
     if split == 0:

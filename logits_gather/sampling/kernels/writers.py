@@ -63,16 +63,16 @@ def full_at(split, N, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _load_row(x_ptr, x_stride, N, col0, BLOCK: tl.constexpr, FULL: tl.constexpr = False):
+def load_row(x_ptr, x_stride, N, col0, BLOCK: tl.constexpr, FULL: tl.constexpr = False):
     """(row, columns, mask, x as fp32, global columns) of program ``(row, split)``;
     columns are int32. ``FULL``: :func:`full` holds (the mask is all true)."""
-    return _load_at(x_ptr, x_stride, N, col0, tl.program_id(0).to(tl.int64),
+    return load_at(x_ptr, x_stride, N, col0, tl.program_id(0).to(tl.int64),
                     tl.program_id(1), BLOCK, FULL)  # fmt: skip
 
 
 @triton.jit
-def _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK: tl.constexpr, FULL: tl.constexpr = False):
-    """:func:`_load_row` of split ``split`` of row ``row`` (int64)."""
+def load_at(x_ptr, x_stride, N, col0, row, split, BLOCK: tl.constexpr, FULL: tl.constexpr = False):
+    """:func:`load_row` of split ``split`` of row ``row`` (int64)."""
     cols = split * BLOCK + tl.arange(0, BLOCK)
     if FULL:
         mask = tl.full([BLOCK], 1, tl.int1)
@@ -85,7 +85,7 @@ def _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK: tl.constexpr, FULL: tl
 
 
 @triton.jit
-def _target(epoch, pstride, relems, row):
+def row_target(epoch, pstride, relems, row):
     ep = ll.epoch_of(epoch, row)
     return ep, ll.row_offset(pstride, relems, row, ep)
 
@@ -119,9 +119,9 @@ def _greedy_local(
     row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
     best = best_key(x, gidx, mask)
-    ep, off = _target(epoch, pstride, relems, row)
+    ep, off = row_target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + split, best, best, ep, 1, WORLD, THREADS)
 
 
@@ -133,7 +133,7 @@ def sample_local(
     """Plain sampling: [greedy word, best score key]. The greedy word is the exact greedy
     key where the row may be greedy (T == 0, a NaN or +inf, an overflowing s, or
     this split all -inf); elsewhere its value part alone (the split's x max) is exact,
-    which is all the final kernel reads of it (see :func:`.finals._use_greedy`)."""
+    which is all the final kernel reads of it (see :func:`.finals.use_greedy`)."""
     sample_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
                  seed_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, WORLD,
                  THREADS)  # fmt: skip
@@ -161,7 +161,7 @@ def _sample_local(
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
     F: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
     t = tl.load(t_ptr + row)
     if t == 0.0:  # a greedy row: no noise
         gx = best_key(x, gidx, mask)
@@ -173,7 +173,7 @@ def _sample_local(
         gx = ordered(xmax) << 32
         if (xmax != xmax) | (tl.abs(xmax) == float("inf")) | (value(best) == float("inf")):
             gx = best_key(x, gidx, mask)
-    ep, off = _target(epoch, pstride, relems, row)
+    ep, off = row_target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + split * F, gx, best, ep, 2, WORLD, THREADS)
 
 
@@ -197,14 +197,14 @@ def probe_write(
 ):  # fmt: skip
     """:func:`topk_probe`'s work for split ``split`` of row ``row`` (also
     :mod:`.single_filters`')."""
-    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
     tops = tl.max(tl.reshape(h, [G, BLOCK // G]), 1)
     i = tl.arange(0, THREADS)
     word = tl.gather(tops, tl.minimum(tl.maximum(i // 2 - 1, 0), G - 1), 0).to(tl.int64)
     lanes = tl.where(i % 2 == 0, 0, word)  # low half 0, high half the ordered x
     lanes = ll.lane_word(lanes, 0, key_at(h, gidx, tl.max(tops, 0))[0], THREADS)
-    ep, off = _target(epoch, pstride, relems, row)
+    ep, off = row_target(epoch, pstride, relems, row)
     ll.put_lanes(peers, off, own + split * (1 + G), lanes, 1 + G, ep, WORLD, THREADS)
 
 
@@ -228,12 +228,12 @@ def minp_write(
 ):  # fmt: skip
     """:func:`minp_local`'s work for split ``split`` of row ``row`` (also
     :mod:`.single_filters`' and :mod:`.rowk`'s), words at ``own + split * F``."""
-    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     gbest = tl.load(gbest_ptr + row)
     r = divisor(tl.load(t_ptr + row))
     smax = scale(value(gbest), r)
     s, g = scores(x, r, row_key(seed_ptr, row), gidx)
     keep = mask & (s >= smax + tl.log(tl.load(mp_ptr + row)))  # not s < threshold
     best = argmax_key(g, gidx, keep)  # a NaN s is never kept
-    ep, off = _target(epoch, pstride, relems, row)
+    ep, off = row_target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + split * F, gbest, best, ep, 2, WORLD, THREADS)

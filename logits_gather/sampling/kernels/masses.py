@@ -15,13 +15,13 @@ SCALE: tl.constexpr = tl.constexpr(1099511627776.0)  # 2**40, rng.MASS_SCALE
 
 
 @triton.jit
-def _mass(s, smax):
+def mass_q(s, smax):
     """The definition's ``floor(exp(s - s_max) * 2**40)`` as int64."""
     return libdevice.floor(libdevice.exp(s - smax) * SCALE).to(tl.int64)
 
 
 @triton.jit
-def _thr(total, p):
+def mass_threshold(total, p):
     """The definition's ``min(Z, max(1, ceil(float64(Z) * p)))``."""
     thr = libdevice.ceil(total.to(tl.float64) * p).to(tl.int64)
     return tl.minimum(tl.maximum(thr, 1), total)
@@ -44,8 +44,8 @@ def _cut(h, q, lo, hi, thr):
 
 
 @triton.jit
-def _tau(u, h, q, on, lo, hi, thr, default):
-    """:func:`_cut` over the x keys ``u`` of the ``on`` lanes (:func:`_decode`), as an
+def tau_level(u, h, q, on, lo, hi, thr, default):
+    """:func:`_cut` over the x keys ``u`` of the ``on`` lanes (:func:`decode_keys`), as an
     ``h`` level: ``h`` of the lanes at the x level found (``default`` if none). ``s`` is
     monotone in ``x``, so the largest x level whose mass reaches ``thr`` holds the largest
     such ``s`` level; over bfloat16 keys that takes at most 16 steps (``h``: about 25)."""
@@ -54,7 +54,7 @@ def _tau(u, h, q, on, lo, hi, thr, default):
 
 
 @triton.jit
-def _decode(cand, t, valid, XBITS: tl.constexpr):
+def decode_keys(cand, t, valid, XBITS: tl.constexpr):
     """``(s, h, u, bytes)`` of candidate keys ``key(s, j)``: ``h = ordered32(s)`` and
     radix keys ``u`` ordered like ``h`` (int64 both) in ``[0, 2**(8 * bytes))``.
     ``XBITS == 16`` (bfloat16 inputs): ``u`` is the radix key of ``x``, ``s * T`` rounded
@@ -78,7 +78,7 @@ def _decode(cand, t, valid, XBITS: tl.constexpr):
 
 
 @triton.jit
-def _score_keys(cand, seed_ptr, row):
+def score_keys(cand, seed_ptr, row):
     """Gumbel score keys of candidate keys ``key(s, j)``."""
     col = index(cand)
     return key(value(cand) + noise(row_key(seed_ptr, row), col), col)

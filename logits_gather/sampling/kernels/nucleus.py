@@ -27,7 +27,7 @@ then ``tau`` (the largest ``s`` whose mass at or above it reaches ``thr``) is ab
 among them, ties included. Otherwise the row goes to a second round (:mod:`.spill`),
 which gathers every element at or above a level the candidates prove to be at or
 below ``tau``; rows that round cannot decide either get -1 and set ``need``, and the
-caller runs the exact torch-ops path (:mod:`.topp`). Rows that are greedy (``T == 0``,
+caller runs the exact torch-ops path (:mod:`.fallback`). Rows that are greedy (``T == 0``,
 a non-finite ``s_max``) take the greedy key.
 """
 
@@ -37,8 +37,7 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .finals import _row, _use_greedy
-from .kernels import _load_row, _target, full
+from .finals import row_box, use_greedy
 from .keys import (
     KEY_MIN,
     argmax_key,
@@ -51,8 +50,9 @@ from .keys import (
     scores,
     value,
 )
-from .masses import _decode, _mass, _score_keys, _tau, _thr
+from .masses import decode_keys, mass_q, mass_threshold, score_keys, tau_level
 from .rowk import nucleus_k_row
+from .writers import full, load_row, row_target
 
 HEAD: tl.constexpr = tl.constexpr(3)  # words before a split's candidate slots
 BINS: tl.constexpr = tl.constexpr(32)  # levels of 2 * (s_max - s): 0.5 apart, the last open
@@ -103,7 +103,7 @@ def _nucleus_local(
     MINP: tl.constexpr, ROWK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     FULL: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
+    row, cols, mask, x, gidx = load_row(x_ptr, x_stride, N, col0, BLOCK, FULL)
     if tl.program_id(1) == 0:
         tl.store(lam_ptr + row, DONE)
         if row == 0:
@@ -116,7 +116,7 @@ def _nucleus_local(
     keep = mask
     if MINP:
         keep = keep & (s >= smax + tl.log(tl.load(mp_ptr + row)))
-    q = tl.where(keep, _mass(s, smax), 0)
+    q = tl.where(keep, mass_q(s, smax), 0)
     z = tl.sum(q, 0)
     best = tl.full((), KEY_MIN, tl.int64)
     plain = tl.load(p_ptr + row) >= 1.0  # top-p off in this row
@@ -135,7 +135,7 @@ def _nucleus_local(
     sel = sel & (slot < SLOTS)  # never past the split's slots, whatever the inputs
     h = ordered32(s)
     w = tl.max(tl.where(keep & ~sel, h, -0x7FFFFFFF - 1), 0).to(tl.int64)  # after the cap
-    ep, off = _target(epoch, pstride, relems, row)
+    ep, off = row_target(epoch, pstride, relems, row)
     base = own + tl.program_id(1) * (HEAD + SLOTS)
     lanes = ll.lane_word(ll.lanes_init(THREADS), 0, z, THREADS)
     lanes = ll.lane_word(ll.lane_word(lanes, 1, w, THREADS), 2, best, THREADS)
@@ -157,7 +157,7 @@ def nucleus_final(
     """The token of every decided row, and ``lam`` = DONE; for the others, -1 and the
     second round's level ``lam`` and ``thr`` (:mod:`.spill`), or ``need`` set when the
     candidates' mass never reaches ``thr``; for either, ``more`` (``need_ptr + 1``) set:
-    a caller may skip round 2 when it is not (:mod:`.topp`). ``ROWK``: rows whose
+    a caller may skip round 2 when it is not (:mod:`.fallback`). ``ROWK``: rows whose
     ``top_k`` (``k_ptr``) is on take :func:`.rowk.nucleus_k_row` instead."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
@@ -177,7 +177,7 @@ def _nucleus_row(
     F: tl.constexpr = HEAD + SLOTS
     c = tl.arange(0, CAND)
     ok = c < C
-    ep, rowbox = _row(box, epoch, pstride, relems, row)
+    ep, rowbox = row_box(box, epoch, pstride, relems, row)
     z, w, best = ll.wait3(rowbox, c * F, c * F + 1, c * F + 2, ok, ep, timeout_us, status,
                           THREADS, TRAP)  # fmt: skip
     e = tl.arange(0, LANES)  # candidate e: split e // SLOTS, slot e % SLOTS (LANES >= C * SLOTS)
@@ -190,7 +190,7 @@ def _nucleus_row(
     tok = index(gbest)
     lam = tl.full((), DONE, tl.int32)
     thr = tl.full((), 0, tl.int64)
-    if not _use_greedy(t, gbest):
+    if not use_greedy(t, gbest):
         if ROWK:  # a per-row k: rows with it on (0 < k < V) are top-k's (rowk.py)
             kr = tl.load(k_ptr + row)
             if (kr > 0) & (kr < V):
@@ -217,30 +217,30 @@ def _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row, need_ptr, XB
     if p >= 1.0:
         tok = index(tl.max(tl.where(ok, best, KEY_MIN), 0))
     else:
-        thr = _thr(tl.sum(tl.where(ok, z, 0), 0), p)
+        thr = mass_threshold(tl.sum(tl.where(ok, z, 0), 0), p)
         bound = tl.max(tl.where(ok, w, -0x7FFFFFFF - 1), 0)
         valid = on & (cand != KEY_MIN)
-        s, h, u, _ = _decode(cand, t, valid, XBITS)
+        s, h, u, _ = decode_keys(cand, t, valid, XBITS)
         smax = scale(value(gbest), divisor(t))
         above = valid & (h > bound)
-        q = tl.where(above, _mass(s, smax), 0)
+        q = tl.where(above, mass_q(s, smax), 0)
         if tl.sum(q, 0) >= thr:
             # The mass at or above lo reaches thr, at or above hi it does not.
             lo = tl.min(tl.where(above, u, 1 << 32), 0)
             hi = tl.max(tl.where(above, u, 0), 0) + 1
-            tau = _tau(u, h, q, above, lo, hi, thr, -0x7FFFFFFF - 1)
-            sc = _score_keys(cand, seed_ptr, row)
+            tau = tau_level(u, h, q, above, lo, hi, thr, -0x7FFFFFFF - 1)
+            sc = score_keys(cand, seed_ptr, row)
             tok = index(tl.max(tl.where(above & (h >= tau), sc, KEY_MIN), 0))
         else:
             # The candidates' own mass reaches thr from lam up, so tau >= lam: the
             # second round gathers every element at or above it.
             tok = tl.full((), -1, tl.int64)
             tl.store(need_ptr + 1, 1)
-            qa = tl.where(valid, _mass(s, smax), 0)
+            qa = tl.where(valid, mass_q(s, smax), 0)
             if tl.sum(qa, 0) >= thr:
                 lo = tl.min(tl.where(valid, u, 1 << 32), 0)
                 hi = tl.max(tl.where(valid, u, 0), 0) + 1
-                lam = _tau(u, h, qa, valid, lo, hi, thr, -0x7FFFFFFF - 1).to(tl.int32)
+                lam = tau_level(u, h, qa, valid, lo, hi, thr, -0x7FFFFFFF - 1).to(tl.int32)
             else:
                 tl.store(need_ptr, 1)
     return tok, lam, thr

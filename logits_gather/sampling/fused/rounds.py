@@ -3,9 +3,9 @@
 The shard is cut into ``S = ceil(N / block)`` splits of ``block`` columns. The
 local kernel's program ``(row, split)`` stores its words straight into every
 rank's mailbox; the final kernel waits for all ranks' words of its row and
-reduces them (word layouts: :mod:`.kernels`; the exchange: :mod:`.ll`). min-p alone
+reduces them (word layouts: :mod:`.writers`; the exchange: :mod:`.ll`). min-p alone
 takes two rounds (the row maximum first). The filters' longer sequences (top-k with
-min-p and top-p; top-p) are in :mod:`.fused_filters`. In eager calls (of any M where
+min-p and top-p; top-p) are in :mod:`.filtered`. In eager calls (of any M where
 each rank has a GPU of its own, of at most ``single_rows`` rows where ranks share one),
 a round's writer and waiting kernel are one launch instead (:mod:`.single`,
 :mod:`.single_filters`, :mod:`.one_launch`). Nothing here allocates but the outputs;
@@ -27,19 +27,13 @@ from typing import Any
 
 import torch
 
-from . import fused_filters, one_launch
-from .geometry import Geometry, TopK, room
+from ..kernels import elementwise, finals, logprob_writer, single, single_filters, writers
+from . import one_launch
+from .geometry import NARROW, NUCLEUS_LANES, WIDE, Geometry, room, xbits
 from .launcher import Launcher
 
-NUCLEUS_LANES = 4096
-"""Top-p candidates over all splits of a row, at most (:mod:`.nucleus`)."""
-WIDE = (4096, 8)
-"""(columns per split, warps) of greedy, plain logprobs and top-k."""
-NARROW = (2048, 4)
-"""(columns per split, warps) of sampling, min-p, the scores and logprobs with top_n."""
 
-
-class Fused:
+class Rounds:
     """Launch geometries of one sampler (``columns`` per rank, ``world`` ranks) and its
     launches. ``box(words, rows)`` returns the mailbox for rows of ``words`` words per
     rank (collective when it has to build one); ``wait_ctas`` bounds the waiting
@@ -62,23 +56,6 @@ class Fused:
         single_rows: int = 0,
         ticket_rows: int | None = None,
     ) -> None:
-        from . import (
-            elementwise,
-            finals,
-            kernels,
-            logprob_writer,
-            nucleus,
-            overflow,
-            rowk,
-            single,
-            single_filters,
-            spill,
-            topk,
-        )
-
-        self.k, self.f, self.n, self.t, self.s = kernels, finals, nucleus, topk, spill
-        self.o, self.sf, self.lw = single, single_filters, logprob_writer
-        self.e, self.ov, self.rk = elementwise, overflow, rowk
         self.single_rows = single_rows
         """Eager greedy, sample and logprobs calls of at most this many rows run as one
         launch (:mod:`.single`; 0: never)."""
@@ -127,7 +104,7 @@ class Fused:
             self._words[op, room] = w
         return w
 
-    def _local(
+    def local(
         self, fn, shard, head: tuple, op: str, room: int, tail: tuple, consts: dict,
         warps: int = 0, programs: int = 0,
     ) -> Any:  # fmt: skip
@@ -144,7 +121,7 @@ class Fused:
         self.launch(fn, (shard.shape[0], programs or geo.splits), args, consts, warps)
         return mb
 
-    def _final(self, fn, m: int, mb, tail: tuple, consts: dict, warps: int, geo=None) -> None:
+    def final(self, fn, m: int, mb, tail: tuple, consts: dict, warps: int, geo=None) -> None:
         mb.check()
         args = (mb.data, mb.epoch, mb.parity_stride, mb.row_elems, mb.status_ptr, mb.timeout_us)
         cand = (geo or self.wide).cand
@@ -152,48 +129,40 @@ class Fused:
         grid = m if self.wait_ctas is None else min(m, self.wait_ctas)
         self.launch(fn, (grid, 1), (*args, m, *tail), consts, warps)
 
-    def _new(self, shard: torch.Tensor, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    def empty(self, shard: torch.Tensor, dtype: torch.dtype = torch.int64) -> torch.Tensor:
         return torch.empty(shard.shape[0], dtype=dtype, device=shard.device)
 
-    _single = one_launch.wanted
-    """Whether a greedy, sample or logprobs call on a shard takes one launch."""
-    _one = one_launch.launch
-    """Launches an operation's one-launch kernel (:mod:`.one_launch`)."""
+    def one_wanted(self, shard: torch.Tensor) -> bool:
+        """Whether a greedy, sample or logprobs call on a shard takes one launch."""
+        return one_launch.wanted(self, shard)
+
+    def one(self, fn: Any, shard: torch.Tensor, op: str, *args: Any, **kw: Any) -> None:
+        """Launches an operation's one-launch kernel (:func:`.one_launch.launch`)."""
+        one_launch.launch(self, fn, shard, op, *args, **kw)
 
     def greedy(self, shard: torch.Tensor, key: bool = False) -> torch.Tensor:
         """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
-        if self._single(shard):
-            out = self._new(shard)
-            self._one(self.o.greedy_one, shard, "greedy", (out,), (self.wide.c,), {"KEY": key})
+        if self.one_wanted(shard):
+            out = self.empty(shard)
+            self.one(single.greedy_one, shard, "greedy", (out,), (self.wide.c,), {"KEY": key})
             return out
-        mb = self._local(self.k.greedy_local, shard, (), "greedy", 0, (), {})
-        out = self._new(shard)
+        mb = self.local(writers.greedy_local, shard, (), "greedy", 0, (), {})
+        out = self.empty(shard)
         c = self.wide.c
-        self._final(self.f.greedy_final, shard.shape[0], mb, (out, c), {"KEY": key}, 1)
+        self.final(finals.greedy_final, shard.shape[0], mb, (out, c), {"KEY": key}, 1)
         return out
 
-    def sample(
-        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, k: int | None
-    ) -> torch.Tensor:
-        """``t`` fp32 ``[M]``, ``seed`` int64 ``[M]``; ``k`` None or 1..64 (fast top-k)."""
-        if k is not None:
-            return self.sample_topk(shard, t, seed, k, None, None)
-        m, out = shard.shape[0], self._new(shard)
-        if self._single(shard):
+    def sample(self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor) -> torch.Tensor:
+        """``t`` fp32 ``[M]``, ``seed`` int64 ``[M, 2]`` (seed, position rows)."""
+        m, out = shard.shape[0], self.empty(shard)
+        if self.one_wanted(shard):
             tail = (self.narrow.c,)
-            self._one(self.o.sample_one, shard, "sample", (t, seed, out), tail, {})
+            self.one(single.sample_one, shard, "sample", (t, seed, out), tail, {})
             return out
-        mb = self._local(self.k.sample_local, shard, (t, seed), "sample", 0, (), {})
+        mb = self.local(writers.sample_local, shard, (t, seed), "sample", 0, (), {})
         tail = (t, seed, out, self.narrow.c)
-        self._final(self.f.sample_final, m, mb, tail, {}, 1, self.narrow)
+        self.final(finals.sample_final, m, mb, tail, {}, 1, self.narrow)
         return out
-
-    sample_topk = fused_filters.sample_topk
-    """Top-k, then min-p and top-p over the exact top-k set (:mod:`.fused_filters`)."""
-    sample_topp = fused_filters.sample_topp
-    """Top-p after min-p, ``(tokens, need)`` (:mod:`.fused_filters`)."""
-    topp_rounds = fused_filters.topp_rounds
-    """Top-p's round 1, and round 2 to launch when needed (:mod:`.fused_filters`)."""
 
     def scores(
         self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor
@@ -205,7 +174,7 @@ class Fused:
         s = torch.empty(m, self.columns, dtype=torch.float32, device=shard.device)
         g = torch.empty_like(s)
         self.launch(
-            self.e.scores_kernel,
+            elementwise.scores_kernel,
             (m, geo.splits),
             (x, x.stride(0), t, seed, s, g, self.columns, self.col0),
             {"BLOCK": geo.block},
@@ -219,15 +188,15 @@ class Fused:
         """min-p without top-k/top-p: greedy round for ``s_max``, then the min-p round
         (``min_p`` fp32 ``[M]``)."""
         gbest = self.greedy(shard, key=True)
-        out = self._new(shard)
-        if self._single(shard):
+        out = self.empty(shard)
+        if self.one_wanted(shard):
             free = (t, seed, min_p, gbest, out)
-            self._one(self.sf.minp_one, shard, "sample", free, (self.narrow.c,), {})
+            self.one(single_filters.minp_one, shard, "sample", free, (self.narrow.c,), {})
             return out
         head = (t, seed, min_p, gbest)
-        mb = self._local(self.k.minp_local, shard, head, "sample", 0, (), {})
+        mb = self.local(writers.minp_local, shard, head, "sample", 0, (), {})
         tail = (t, seed, out, self.narrow.c)
-        self._final(self.f.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
+        self.final(finals.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
         return out
 
     def logprobs(
@@ -236,20 +205,22 @@ class Fused:
         m = shard.shape[0]
         npad = room(n) if n else 0
         geo = self.geometry("logprobs", npad)
-        consts = {"NP": npad, "XBITS": fused_filters.xbits(shard.dtype)}
-        lp = self._new(shard, torch.float32)
+        consts = {"NP": npad, "XBITS": xbits(shard.dtype)}
+        lp = self.empty(shard, torch.float32)
         top_ids = torch.empty(m, n, dtype=torch.int64, device=shard.device)
         top_lp = torch.empty(m, n, dtype=torch.float32, device=shard.device)
-        if self._single(shard):
+        if self.one_wanted(shard):
             free = (ids, lp, top_ids, top_lp)
             tail = (geo.splits, geo.c, self.world)
-            self._one(self.o.logprobs_one, shard, "logprobs", free, tail, consts, npad, (n,))
+            self.one(single.logprobs_one, shard, "logprobs", free, tail, consts, npad, (n,))
             return lp, top_ids, top_lp
-        mb = self._local(self.lw.logprobs_local, shard, (ids,), "logprobs", npad, (n,), consts)
+        mb = self.local(
+            logprob_writer.logprobs_local, shard, (ids,), "logprobs", npad, (n,), consts
+        )
         tail = (ids, lp, top_ids, top_lp, geo.splits, geo.c, self.columns, self.world, n)
         warps = 4 if npad else 1
-        self._final(self.f.logprobs_final, m, mb, tail, {"NP": npad}, warps, geo)
+        self.final(finals.logprobs_final, m, mb, tail, {"NP": npad}, warps, geo)
         return lp, top_ids, top_lp
 
 
-__all__ = ["NARROW", "NUCLEUS_LANES", "WIDE", "Fused", "Geometry", "TopK", "room"]
+__all__ = ["Rounds"]

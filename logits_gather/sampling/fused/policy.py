@@ -17,9 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import symmetric
-from ..checks import agree
-from . import fused as fused_mod
+from ... import symmetric
+from ...checks import agree
 
 log = logging.getLogger(__name__)
 WHAT = "VocabParallelSampler construction"
@@ -33,7 +32,7 @@ opt-in while a wrong top_k token on one rank was unexplained; the cause, candida
 replicated across threads in the final kernel, is fixed: README, GPU tests.)"""
 ROWS_ENV = "LOGITS_GATHER_SAMPLING_FUSED_TOPK_ROWS"
 """``0``: a per-row ``top_k`` tensor takes the exact filter path; ``1`` or unset: the
-fused path too (:func:`.topp.sample_rows_k`). (It was opt-in until the sampler-level
+fused path too (:func:`.fallback.sample_rows_k`). (It was opt-in until the sampler-level
 routing, whose first multi-process run found a flag bug, passed the multi-process GPU
 tests after the fix: README, GPU tests.)"""
 SINGLE_ENV = "LOGITS_GATHER_SAMPLING_SINGLE"
@@ -63,7 +62,7 @@ def available(device: torch.device) -> bool:
     if device.type != "cuda":
         return False
     try:
-        from . import kernels  # noqa: F401
+        from . import filtered  # noqa: F401 - imports the Triton kernels
     except Exception:  # noqa: BLE001 - no Triton (or a broken one): the torch-ops path
         return False
     return True
@@ -167,7 +166,7 @@ def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
     return barrier
 
 
-def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool]:
+def decide(sampler: Any, trap: bool) -> tuple[Any, bool, bool]:
     """``(Fused or None, fused top-k, fused per-row top-k)`` for ``sampler`` (its group,
     device, columns, capacity, rank and world size); builds the first mailboxes.
     Collective."""
@@ -185,11 +184,13 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool
         one, most = _switch(SINGLE_ENV, True)
         settings = {TOPK_ENV: topk, ROWS_ENV: rows, SINGLE_ENV: one}
         agree(sampler.group, settings, problems + more + most, what=WHAT)
-        f = fused_mod.Fused(
+        from .filtered import Fused
+
+        f = Fused(
             sampler.columns,
             sampler.world_size,
             sampler.rank,
-            sampler._box,
+            sampler.box,
             trap,
             wait_ctas,
             device.index,
@@ -199,7 +200,7 @@ def decide(sampler: Any, trap: bool) -> tuple[fused_mod.Fused | None, bool, bool
             single,
         )
         for op in ("greedy", "sample"):
-            sampler._box(f.words(op), sampler.capacity)
+            sampler.box(f.words(op), sampler.capacity)
         return f, topk, topk and rows
 
 

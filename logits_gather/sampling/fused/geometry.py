@@ -5,14 +5,40 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import torch
 
-def _pow2(n: int) -> int:
+NUCLEUS_LANES = 4096
+"""Top-p candidates over all splits of a row, at most (:mod:`.nucleus`)."""
+WIDE = (4096, 8)
+"""(columns per split, warps) of greedy, plain logprobs and top-k."""
+NARROW = (2048, 4)
+"""(columns per split, warps) of sampling, min-p, the scores and logprobs with top_n."""
+FINAL_WARPS = 8
+"""Warps of top-p's final kernels (4096 candidate lanes at tp=2); no fused kernel runs
+more than 8 (``tests/test_sampling_cpu.py``). At 16, nucleus_final's optimised machine
+code is wrong: on the same mailbox words, float16 and float32 rows with no valid
+candidate took the decided branch (token 2**32 - 1) or computed a round-2 level, where
+8 warps (also when capped at 128 registers with ``maxnreg``) and 4 warps said
+"undecided". The same PTX through ``ptxas --opt-level 0`` gave the right rows, levels 1
+to 3 the wrong ones, and a copy that stored its intermediate values was right: a ptxas
+fault, or undefined behaviour in the PTX that only its optimiser exploits (not found).
+16 warps were also no faster (15.4 against 14.9 us at M=64 on one H200)."""
+
+
+def xbits(dtype: torch.dtype) -> int:
+    """Bits of the radix keys of x (:func:`.keys.radix_bits`) that the overflow writer
+    and the final kernels (:func:`.masses.decode_keys`) use: 16 for bfloat16 inputs (their
+    values fill the top 16 of fp32's), else 32."""
+    return 16 if dtype == torch.bfloat16 else 32
+
+
+def pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
 def room(k: int) -> int:
     """Candidate slots for ``k`` (power of two, >= 2)."""
-    return max(2, _pow2(k))
+    return max(2, pow2(k))
 
 
 IDLE_PROGRAMS = 256
@@ -24,7 +50,7 @@ IDLE_LEAST = 8
 reached top-p's round 2 (each then serving its 37 splits in series) took 242.5 us for
 top_p=0.9; with 8, a run where 2 did took 196.6, one where none did 170.3 (one H200).
 These two serve top-p's round 2, which the sampler's top-p calls skip when no row needs
-it (:mod:`.topp`); top-k's overflow writer runs on every call, so it uses the next two."""
+it (:mod:`.fallback`); top-k's overflow writer runs on every call, so it uses the next two."""
 OVERFLOW_PROGRAMS = 128
 """:data:`IDLE_PROGRAMS` of top-k's overflow writer: one wave of 8-warp programs at M=64
 (its 229 registers fit one per SM). With (256, 8), 64 rows of top_k=50 took 43.8 us, with
@@ -45,7 +71,7 @@ def idle_programs(m: int, splits: int, total: int | None = None, least: int | No
     return min(splits, max(least, total // max(m, 1)))
 
 
-def _warps(elements: int, most: int) -> int:
+def select_warps(elements: int, most: int) -> int:
     """Warps for a kernel whose radix select runs over ``elements`` (a power of two): at
     most one thread per element. With more threads than elements Triton replicates each
     element across threads: with the top-k final kernel so replicated, emulated tp 4 and
@@ -60,7 +86,7 @@ def _warps(elements: int, most: int) -> int:
 def one_warps(writer: int, elements: int, least: int = 1) -> int:
     """Warps of a one-launch kernel (:mod:`.single_filters`) whose writer runs ``writer``
     warps and needs at least ``least``, and whose row work selects over ``elements``:
-    never more threads than elements (:func:`_warps`); 0 when no count suits both."""
+    never more threads than elements (:func:`select_warps`); 0 when no count suits both."""
     warps = min(writer, max(1, elements // 32))
     return warps if warps >= least else 0
 
@@ -78,18 +104,18 @@ class Geometry(NamedTuple):
 
     @classmethod
     def of(cls, columns: int, world: int, block: int, warps: int) -> Geometry:
-        block = max(min(block, _pow2(columns)), 64)
-        warps = _warps(block, warps if block >= 2048 else min(warps, 4))
+        block = max(min(block, pow2(columns)), 64)
+        warps = select_warps(block, warps if block >= 2048 else min(warps, 4))
         splits = -(-columns // block)
-        return cls(block, splits, warps, world * splits, max(2, _pow2(world * splits)))
+        return cls(block, splits, warps, world * splits, max(2, pow2(world * splits)))
 
     def topk(self, k: int) -> TopK:
         """The fused top-k's launches for ``k`` (1..64) in this geometry."""
-        g = min(64, max(8, _pow2(-(-k // self.c))))  # <= 64 <= block, and g * c >= k
+        g = min(64, max(8, pow2(-(-k // self.c))))  # <= 64 <= block, and g * c >= k
         kp = room(k)
         least = -(-2 * (1 + g) // 32)  # the probe's lanes: one per half-word
         probe = 8 if least > self.warps else self.warps
-        reduce, final = _warps(self.cand * g, 4), _warps(self.cand * kp, 8)
+        reduce, final = select_warps(self.cand * g, 4), select_warps(self.cand * kp, 8)
         probe_one = one_warps(probe, self.cand * g, least)
         return TopK(g, kp, probe, reduce, final, probe_one, one_warps(self.warps, self.cand * kp))
 
@@ -112,6 +138,13 @@ class TopK(NamedTuple):
 
 
 __all__ = [
+    "FINAL_WARPS",
+    "NARROW",
+    "NUCLEUS_LANES",
+    "WIDE",
+    "pow2",
+    "select_warps",
+    "xbits",
     "IDLE_LEAST",
     "IDLE_PROGRAMS",
     "OVERFLOW_LEAST",

@@ -26,11 +26,11 @@ row's mass there). So round 2 gathers every kept element at or above ``lam``:
   element at or above ``lam``, hence all of the nucleus: ``tau`` by bisection from
   ``lam`` (whose mass reaches ``thr``) and the best Gumbel score at or above it.
   Else the token stays -1 and ``need`` is set: the caller's exact fallback
-  (:mod:`.topp`).
+  (:mod:`.fallback`).
 
 The sampler's top-p calls launch both kernels only when round 1 raised ``more`` (some
-row left to this round, :mod:`.topp`); with a per-row ``top_k`` (and in
-:func:`.fused_filters.sample_topp`) they run on every call, and when round 1 decided
+row left to this round, :mod:`.fallback`); with a per-row ``top_k`` (and in
+:func:`.filtered.sample_topp`) they run on every call, and when round 1 decided
 every row they exit at once. ``lam`` starts DONE: :func:`.nucleus.nucleus_local` sets
 it so for every row.
 """
@@ -41,11 +41,11 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .finals import _gathered
-from .kernels import _load_at, _target
+from .finals import gathered
 from .keys import KEY_MIN, divisor, index, key, ordered32, scale, value
-from .masses import _decode, _mass, _score_keys, _tau
+from .masses import decode_keys, mass_q, score_keys, tau_level
 from .nucleus import DONE
+from .writers import load_at, row_target
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -60,7 +60,7 @@ def again_local(
     if tl.program_id(1) == 0:
         tl.store(seen_ptr + row, lam)  # what the writers saw, for the final kernel
     if lam != DONE:
-        ep, off = _target(epoch, pstride, relems, row)
+        ep, off = row_target(epoch, pstride, relems, row)
         t = tl.load(t_ptr + row)
         split = tl.program_id(1)
         while split < S:
@@ -74,7 +74,7 @@ def _again_split(
     x_ptr, x_stride, t, lam, peers, off, ep, own, N, col0, row, split, BLOCK: tl.constexpr,
     SLOTS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     s = scale(x, divisor(t))
     sel = mask & (ordered32(s) >= lam)
     slot = tl.cumsum(sel.to(tl.int32), 0) - 1
@@ -115,7 +115,7 @@ def _again_row(
     F: tl.constexpr = 1 + SLOTS
     c = tl.arange(0, CAND)
     ok = c < C
-    ep, rowbox, count = _gathered(
+    ep, rowbox, count = gathered(
         box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
     )
     e = tl.arange(0, LANES)  # candidate e: split e // SLOTS, slot e % SLOTS
@@ -125,14 +125,14 @@ def _again_row(
     if tl.max(tl.where(ok, count, 0), 0) <= SLOTS:
         valid = on & (cand != KEY_MIN)
         t = tl.load(t_ptr + row)
-        s, h, u, _ = _decode(cand, t, valid, XBITS)
+        s, h, u, _ = decode_keys(cand, t, valid, XBITS)
         smax = scale(value(tl.load(gbest_ptr + row)), divisor(t))
-        q = tl.where(valid, _mass(s, smax), 0)
+        q = tl.where(valid, mass_q(s, smax), 0)
         # Every element at or above lam is here, and their mass reaches thr.
         lo = tl.min(tl.where(valid, u, 1 << 32), 0)
         hi = tl.max(tl.where(valid, u, 0), 0) + 1
-        tau = _tau(u, h, q, valid, lo, hi, tl.load(thr_ptr + row), -0x7FFFFFFF - 1)
-        sc = _score_keys(cand, seed_ptr, row)
+        tau = tau_level(u, h, q, valid, lo, hi, tl.load(thr_ptr + row), -0x7FFFFFFF - 1)
+        sc = score_keys(cand, seed_ptr, row)
         tl.store(out_ptr + row, index(tl.max(tl.where(valid & (h >= tau), sc, KEY_MIN), 0)))
     else:
         tl.store(need_ptr, 1)

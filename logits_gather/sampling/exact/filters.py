@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import torch
 
-from . import ops, rng, select
+from .. import rng
+from . import ops, select
 
 MAX_CANDIDATES = 64
 """``top_k`` up to this is exchanged as candidates (one round on the fused path, one exchange
@@ -48,12 +49,12 @@ def sample(
     ``[M, 1]`` tensors (``top_k`` int64, ``top_p`` float64, ``min_p`` fp32) on the
     sampler's device. The caller's ``shard`` is only read."""
     m = shard.shape[0]
-    if sampler._fused is not None:  # the kernels' bits (vLLM's on the GPU), one pass
-        s, g = sampler._fused.scores(shard, t.view(m), torch.stack((seed, positions), 1))
+    if sampler.fused is not None:  # the kernels' bits (vLLM's on the GPU), one pass
+        s, g = sampler.fused.scores(shard, t.view(m), torch.stack((seed, positions), 1))
     else:  # a new fp32 tensor, whatever the shard's dtype
         s = rng.scaled(shard, t)
         g = s + rng.gumbel(seed, positions, sampler.ids)
-    ex = sampler._exchange(ops.GREEDY_WIDTH, m)
+    ex = sampler.exchange_for(ops.GREEDY_WIDTH, m)
     ops.pack_greedy(shard, ex.payload[:m])
     ex.payload[:m, _SMAX].copy_(s.amax(1))
     first = ex.send(m)
@@ -65,7 +66,7 @@ def sample(
     if min_p is not None:  # vLLM's test: drop s < s_max + log(min_p), rows with 0 skipped
         keep &= ~(s < smax + torch.log(min_p)) | (min_p == 0)
     if top_k is not None or top_p is not None:
-        radix = sampler._exchange(select.WIDTH, m)
+        radix = sampler.exchange_for(select.WIDTH, m)
         keys = select.ordered_keys(s)
 
         def send(_payload: torch.Tensor) -> torch.Tensor:
@@ -84,7 +85,7 @@ def sample(
 
         tau = select.threshold(keys, q, thr, send, radix.payload[:m])
         keep &= (keys >= tau) | (top_p >= 1) | off
-    best = sampler._exchange(ops.BEST_WIDTH, m)
+    best = sampler.exchange_for(ops.BEST_WIDTH, m)
     ops.pack_greedy(shard, best.payload[:m])
     ops.pack_best(g.masked_fill_(~keep, ops.NEG_INF), best.payload[:m])
     sampled = ops.combine_best(best.send(m), sampler.columns)

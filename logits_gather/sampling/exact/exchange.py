@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..gather import LogitsGather
+from ...gather import LogitsGather
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +69,12 @@ class Exchange:
         return self.gather(self.payload[:rows]).view(rows, self.world_size, self.width)
 
 
-def _group_key(group: dist.ProcessGroup | None) -> Any:
+def group_key(group: dist.ProcessGroup | None) -> Any:
     # The default group object changes when the process group is re-created.
     return dist.group.WORLD if group is None else group
 
 
-def _capturing(device: torch.device) -> bool:
+def capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
@@ -92,11 +92,11 @@ def get(
     Collective when it has to build: ``capacity`` (default: the next power of
     two >= ``rows``, at least twice the old capacity) is then the new size.
     """
-    key = (_group_key(group), device, width, backend)
+    key = (group_key(group), device, width, backend)
     ex = _cache.get(key)
     if ex is not None and ex.capacity >= rows:
         return ex
-    if _capturing(device):
+    if capturing(device):
         have = "none" if ex is None else f"capacity {ex.capacity}"
         raise RuntimeError(
             f"logits_gather.sampling: no exchange of width {width} for {rows} rows ({have}); "

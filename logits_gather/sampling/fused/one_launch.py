@@ -10,7 +10,7 @@ addresses, and no Python over the rest. On one H200 at world size 1 that took an
 greedy call from 39.8 to 17.7 us of host time, sample from 35.4 to 20.3 (M=4, one
 machine start).
 
-The functions here are :class:`.fused.Fused` methods.
+The functions here are :class:`.filtered.Fused` methods.
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@
 The same arrival protocol as :mod:`.single` (its docstring has the protocol and the
 progress argument), applied to the writers of the filters' rounds:
 
-- :func:`probe_one`: top-k's round 1, :func:`.kernels.topk_probe` then
+- :func:`probe_one`: top-k's round 1, :func:`.writers.topk_probe` then
   :func:`.finals.topk_reduce`'s row work;
 - :func:`topk_one`: top-k's round 2 after :func:`.topk.topk_local`,
   :func:`.overflow.topk_overflow` then :func:`.topk.topk_final`'s row work. Its grid is the
   overflow writer's ``(M, P)``: the row's last of its ``P`` programs reads the row. The
   words it waits for come from every rank's ``topk_local`` (an earlier launch) and
   overflow programs, none of which waits;
-- :func:`minp_one`: min-p's second round, :func:`.kernels.minp_local` then
+- :func:`minp_one`: min-p's second round, :func:`.writers.minp_local` then
   :func:`.finals.sample_final`'s row work.
 
 So an eager top-k call is three launches instead of five, and min-p alone two instead
@@ -30,10 +30,10 @@ import triton
 import triton.language as tl
 
 from .finals import reduce_row, sample_row
-from .kernels import minp_write, probe_write
 from .overflow import overflow_write
 from .single import last_arrival, place
 from .topk import topk_row
+from .writers import minp_write, probe_write
 
 
 @triton.jit(do_not_specialize=["k", "own", "col0"])
@@ -43,7 +43,7 @@ def probe_one(
     ROWK: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     CAND: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
 ):  # fmt: skip
-    """:func:`.kernels.topk_probe` then :func:`.finals.topk_reduce` in one launch."""
+    """:func:`.writers.topk_probe` then :func:`.finals.topk_reduce` in one launch."""
     row, split = place(arrivals, TICKET)
     probe_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK,
                 G, WORLD, THREADS)  # fmt: skip
@@ -79,7 +79,7 @@ def minp_one(
     WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
     TICKET: tl.constexpr,
 ):  # fmt: skip
-    """:func:`.kernels.minp_local` then :func:`.finals.sample_final` in one launch."""
+    """:func:`.writers.minp_local` then :func:`.finals.sample_final` in one launch."""
     row, split = place(arrivals, TICKET)
     minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch,
                pstride, relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip

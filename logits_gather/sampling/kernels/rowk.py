@@ -2,7 +2,7 @@
 
 A server's batch mixes rows with top-k on (``1 <= k <= 64``: the fused top-k,
 :mod:`.topk`), off (``k`` 0 or ``>= V``) and beyond the fused top-k (``64 < k < V``).
-:func:`.topp.sample_rows_k` serves all of them in three launches in eager calls:
+:func:`.fallback.sample_rows_k` serves all of them in three launches in eager calls:
 without top-p in top-k's rounds, with top-p in top-p's (below).
 
 Without top-p:
@@ -10,7 +10,7 @@ Without top-p:
 - Round 1 (the probe) runs on every row as it is: it gives every row its greedy key,
   which min-p needs.
 - Round 2's first writer is :func:`rowk_local`. A row with ``k`` off writes the sample
-  format (:func:`.kernels.sample_write`, or :func:`.kernels.minp_write` after min-p)
+  format (:func:`.writers.sample_write`, or :func:`.writers.minp_write` after min-p)
   into its first two words per split of top-k's layout (``2 + KP`` words per split),
   and marks no split for the overflow writer (its flags are ``-epoch``, as a split that
   fits). Other rows run :func:`.topk.topk_local`.
@@ -49,10 +49,10 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .kernels import minp_write, sample_write
 from .keys import KEY_MIN, divisor, index, scale, value
-from .masses import _decode, _mass, _score_keys, _tau, _thr
+from .masses import decode_keys, mass_q, mass_threshold, score_keys, tau_level
 from .topk import topk_local
+from .writers import minp_write, sample_write
 
 
 @triton.jit(do_not_specialize=["own", "V", "col0"])
@@ -105,22 +105,22 @@ def nucleus_k_row(cand, on, w, ok, gbest, t, p, k, seed_ptr, row, need_ptr, XBIT
     none = -0x7FFFFFFF - 1
     bound = tl.max(tl.where(ok, w, none), 0)
     valid = on & (cand != KEY_MIN)
-    s, h, u, _ = _decode(cand, t, valid, XBITS)
+    s, h, u, _ = decode_keys(cand, t, valid, XBITS)
     above = valid & (h > bound)  # every kept element with s > B
     n = tl.sum(above.to(tl.int64), 0)
     tok = tl.full((), -1, tl.int64)
     if (n >= k) | (bound == none):
         lo = tl.min(tl.where(above, u, 1 << 32), 0)
         hi = tl.max(tl.where(above, u, 0), 0) + 1
-        kth = _tau(u, h, above.to(tl.int64), above, lo, hi, tl.minimum(k, n), none)
+        kth = tau_level(u, h, above.to(tl.int64), above, lo, hi, tl.minimum(k, n), none)
         top = above & (h >= kth)  # the kept set after top-k, ties at the cut included
         tau = kth
         if p < 1.0:
-            q = tl.where(top, _mass(s, scale(value(gbest), divisor(t))), 0)
+            q = tl.where(top, mass_q(s, scale(value(gbest), divisor(t))), 0)
             lo = tl.min(tl.where(top, u, 1 << 32), 0)
             hi = tl.max(tl.where(top, u, 0), 0) + 1
-            tau = _tau(u, h, q, top, lo, hi, _thr(tl.sum(q, 0), p), none)
-        sc = _score_keys(cand, seed_ptr, row)
+            tau = tau_level(u, h, q, top, lo, hi, mass_threshold(tl.sum(q, 0), p), none)
+        sc = score_keys(cand, seed_ptr, row)
         tok = index(tl.max(tl.where(top & (h >= tau), sc, KEY_MIN), 0))
     else:
         tl.store(need_ptr, 1)

@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-from . import conditional, exchange, filters, ops, select
+from ..exact import exchange, filters, ops, select
+from . import conditional
 
 log = logging.getLogger(__name__)
 _warned: list[bool] = []
@@ -47,16 +48,16 @@ def _prepare(sampler: Any, m: int) -> None:
     """Builds the fallback's exchanges (collective: every rank makes the same calls) and,
     once, this rank's IF-node builder (outside any capture: it compiles a kernel)."""
     for width in (ops.GREEDY_WIDTH, select.WIDTH, ops.BEST_WIDTH):
-        sampler._exchange(width, m)
-    if sampler._topp_if is None:
+        sampler.exchange_for(width, m)
+    if sampler.topp_if is None:
         why = conditional.Conditional.problem(sampler.device)
         if why is None:
             try:
-                sampler._topp_if = conditional.Conditional(sampler.device)
+                sampler.topp_if = conditional.Conditional(sampler.device)
             except Exception as exc:  # noqa: BLE001 - graphs then run the fallback always
                 why = f"{type(exc).__name__}: {exc}"
         if why is not None:
-            sampler._topp_if = False
+            sampler.topp_if = False
             log.info("logits_gather.sampling: no CUDA graph IF nodes for top-p: %s", why)
 
 
@@ -80,14 +81,14 @@ def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype) -> Any:
     if value is None or isinstance(value, torch.Tensor):
         return value
     dev = sampler.device
-    if exchange._capturing(dev):
+    if exchange.capturing(dev):
         return rows(value, m, dtype, dev)
     key = (value, dtype)
-    out = sampler._filled.get(key)
+    out = sampler.filled.get(key)
     if out is None or out.shape[0] < m:
-        if len(sampler._filled) >= FILLED_MOST:
-            sampler._filled.clear()
-        sampler._filled[key] = out = rows(value, max(m, sampler.capacity), dtype, dev)
+        if len(sampler.filled) >= FILLED_MOST:
+            sampler.filled.clear()
+        sampler.filled[key] = out = rows(value, max(m, sampler.capacity), dtype, dev)
     return out[:m]
 
 
@@ -119,7 +120,7 @@ def sample(
     ``mp`` None, a float > 0 or fp32 ``[M, 1]``."""
     m = shard.shape[0]
     p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
-    out, flags, second = sampler._fused.topp_rounds(shard, t.view(m), draw[2], pv, mpv)
+    out, flags, second = sampler.fused.topp_rounds(shard, t.view(m), draw[2], pv, mpv)
     call = (shard, t, draw[0], draw[1], None, p, mp)
     return _finish(sampler, "top_p", call, out, flags, second)
 
@@ -140,7 +141,7 @@ def sample_rows_k(
     without top-k, and rows with ``64 < k < V`` never. With top-p, top-p's launches
     serve every row whose candidates decide it (the flag as top-p's, round 2 for rows
     with ``k`` off). ``draw`` as in :func:`sample`."""
-    m, fused = shard.shape[0], sampler._fused
+    m, fused = shard.shape[0], sampler.fused
     p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
     kv = k.view(m)  # contiguous: checks.top_k
     call = (shard, t, draw[0], draw[1], k, p, mp)
@@ -163,7 +164,7 @@ def _finish(
     """``out``, recomputed by the exact fallback (``filters.sample(sampler, *call)``) when
     ``need`` (bool ``[1]``): eagerly after reading the flag (and on a sampler's first
     call of each ``kind``), in an IF node under capture. With ``second`` (top-p's round
-    2, :func:`.fused_filters.topp_rounds`), ``need`` is bool ``[2]``: ``need``, then
+    2, :func:`.filtered.topp_rounds`), ``need`` is bool ``[2]``: ``need``, then
     ``more``, and round 2 runs only when ``more``: eagerly after one read of both flags,
     or in an IF node around it and the fallback's IF node."""
     m, dev = call[0].shape[0], sampler.device
@@ -174,12 +175,12 @@ def _finish(
 
     def rest() -> None:  # under capture: round 2, then the fallback if still needed
         second()
-        sampler._topp_if.capture_if(flag, fallback)
+        sampler.topp_if.capture_if(flag, fallback)
 
-    if not exchange._capturing(dev):
+    if not exchange.capturing(dev):
         _prepare(sampler, m)
-        if kind not in sampler._fallback_warm:  # compiles and loads everything once
-            sampler._fallback_warm.add(kind)
+        if kind not in sampler.fallback_warm:  # compiles and loads everything once
+            sampler.fallback_warm.add(kind)
             if second is not None:
                 second()
             fallback()
@@ -191,11 +192,11 @@ def _finish(
             if bool(flag.item()):
                 fallback()
         return out
-    if sampler._topp_if:
+    if sampler.topp_if:
         if second is None:
-            sampler._topp_if.capture_if(flag, fallback)
+            sampler.topp_if.capture_if(flag, fallback)
         else:
-            sampler._topp_if.capture_if(need[1:], rest)
+            sampler.topp_if.capture_if(need[1:], rest)
         return out
     if not _warned:
         _warned.append(True)

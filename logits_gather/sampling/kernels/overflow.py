@@ -9,7 +9,6 @@ import triton.language as tl
 
 from . import ll
 from .finals import row_k
-from .kernels import _load_at, _target
 from .keys import (
     KEY_MIN,
     LOW,
@@ -22,6 +21,7 @@ from .keys import (
     scores,
     top_select,
 )
+from .writers import load_at, row_target
 
 
 @triton.jit(do_not_specialize=["own", "k", "col0"])
@@ -46,7 +46,7 @@ def overflow_write(
     SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """:func:`topk_overflow`'s work as program ``(row, p)`` (also :mod:`.single_filters`')."""
-    ep, off = _target(epoch, pstride, relems, row)
+    ep, off = row_target(epoch, pstride, relems, row)
     j = tl.arange(0, SP)
     mine = (j < S) & (j % tl.num_programs(1) == p)
     todo = mine & (tl.load(flags + row * S + j, mask=mine, other=0) == ep)
@@ -63,7 +63,7 @@ def _overflow_split(
     BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
     WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    row, cols, mask, x, gidx = _load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     t = tl.load(t_ptr + row)
     r = divisor(t)
     s = scale(x, r)
