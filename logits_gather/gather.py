@@ -259,11 +259,7 @@ class LogitsGather:
         except AttributeError:
             ok = False
         if self._calls is not None:
-            try:
-                self._calls(shard, ok)  # collective: the same error on every rank
-            except PeerTimeoutError as exc:
-                self._failed = str(exc)
-                raise
+            self._check_call(shard, ok)  # collective: the same error on every rank
         elif not ok:
             raise shard_error(
                 shard,
@@ -274,17 +270,7 @@ class LogitsGather:
             )
         if shard.requires_grad:  # results never carry autograd history
             shard = shard.detach()
-        try:
-            return self._impl(shard)
-        except PeerTimeoutError as exc:
-            self._failed = str(exc)
-            raise
-        except RuntimeError as exc:  # a trapped kernel makes the next launch fail
-            timeout = self._timeout_error()
-            if timeout is None:
-                raise
-            self._failed = str(timeout)
-            raise timeout from exc
+        return self._guarded(self._impl, shard)
 
     def linear(
         self, hidden: torch.Tensor, weight: torch.Tensor, *, fused: bool | None = None
@@ -302,64 +288,31 @@ class LogitsGather:
         """
         if self._failed is not None:
             raise PeerTimeoutError(self._failed)
-        from .head.checks import aligned, linear_error
-
-        problem = linear_error(
-            hidden,
-            weight,
-            fused,
-            columns=self.columns,
-            capacity=self.capacity,
-            dtype=self.dtype,
-            device=self.device,
-        )
-        if self._calls is not None:
-            op = (
-                0
-                if problem is not None
-                else hidden.shape[1] * 4 + (fused is None) + 2 * bool(fused)
-            )
-            try:  # collective: the same error on every rank
-                self._calls(hidden, problem is None, error=problem, op=op)
-            except PeerTimeoutError as exc:
-                self._failed = str(exc)
-                raise
-        elif problem is not None:
-            raise problem
-        tile = self._head_route().choose(hidden.shape[0], hidden.shape[1], fused)
-        with torch.no_grad():
-            if tile is None:
-                return self._guarded(self._impl, torch.nn.functional.linear(hidden, weight))
-            x, w = aligned(hidden.detach(), "hidden"), aligned(weight.detach(), "weight")
-            return self._guarded(self._head.fused, x, w, tile)
-
-    def _head_route(self) -> Any:
         if self._head is None:
-            from .head.route import HeadRoute
+            from .head.linear import HeadLinear
 
-            kernel = None
-            if self.world_size == 1:
-                kernel = symmetric.local_problem(self.device)
-                if kernel is None and self.backend != "symm_mem":
-                    kernel = "backend='torch.distributed' was requested"
-            elif self.backend != "symm_mem":
-                kernel = "this object runs the torch.distributed fallback"
-
-            def agree_failure(failure: str | None) -> list[str | None]:
-                with self._on(self.device):
-                    return agree(self.group, {"step": "fused head compile"}, [], extra=failure)
-
-            self._head = HeadRoute(
-                slots=self._impl if self.world_size > 1 and kernel is None else None,
-                kernel=kernel,
+            self._head = HeadLinear(
+                group=self.group,
+                world_size=self.world_size,
+                backend=self.backend,
                 columns=self.columns,
                 capacity=self.capacity,
                 dtype=self.dtype,
                 device=self.device,
                 graphs=self._graphs,
-                agree=agree_failure,
+                gather=self._impl,
+                check_call=self._check_call if self._calls is not None else None,
+                guard=self._guarded,
             )
-        return self._head
+        return self._head(hidden, weight, fused)
+
+    def _check_call(self, tensor: torch.Tensor, ok: bool, **kwargs: Any) -> None:
+        """The collective call check; a peer's timeout there fails this object."""
+        try:
+            self._calls(tensor, ok, **kwargs)
+        except PeerTimeoutError as exc:
+            self._failed = str(exc)
+            raise
 
     def _guarded(self, fn: Any, *args: Any) -> torch.Tensor:
         """``fn(*args)``, turning a kernel's timeout (or trap) into a ``PeerTimeoutError``."""

@@ -57,6 +57,7 @@ class Config:
     seed: int
     quick: bool
     fail_rank: int | None = None
+    head: int | None = None  # --head H: the LM-head benchmark (bench/head.py) instead
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -157,6 +158,15 @@ def parser() -> argparse.ArgumentParser:
         default=300.0,
         help="seconds without progress from a rank before the run is killed",
     )
+    p.add_argument(
+        "--head",
+        type=int,
+        default=None,
+        metavar="H",
+        help="benchmark the LM head plus the gather instead, at hidden size H (random "
+        "[V/tp, H] weights per rank): cublas+stock, cublas+ours, fused "
+        "(LogitsGather.linear) and head alone; --tp 1 allowed",
+    )
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
     return p
@@ -181,8 +191,15 @@ def parse(argv: list[str] | None = None) -> Config:
     for name, value in {**knobs, "sets": a.sets, "graph_calls": a.graph_calls}.items():
         if value <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    if a.tp is not None and a.tp < 2:
-        raise UsageError(f"--tp must be at least 2 (a gather over one rank is a no-op), got {a.tp}")
+    if a.head is not None and a.head < 1:
+        raise UsageError(f"--head must be a positive hidden size H, got {a.head}")
+    if a.tp is not None and a.tp < (1 if a.head is not None else 2):
+        if a.tp < 1:
+            raise UsageError(f"--tp must be positive, got {a.tp}")
+        raise UsageError(
+            f"--tp must be at least 2 (a gather over one rank is a no-op; --head H allows "
+            f"--tp 1), got {a.tp}"
+        )
     if a.stall_timeout <= 0:
         raise UsageError(f"--stall-timeout must be positive, got {a.stall_timeout}")
     rows = tuple(sorted(set(_ints(a.rows, "--rows"))))
@@ -206,6 +223,7 @@ def parse(argv: list[str] | None = None) -> Config:
         seed=a.seed,
         quick=a.quick,
         fail_rank=a.fail_rank,
+        head=a.head,
         **knobs,
     )
 

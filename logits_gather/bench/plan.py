@@ -131,7 +131,7 @@ def make_plan(cfg: Config, env: Mapping[str, str] = os.environ, gpus: int | None
 
 
 def _done(cfg: Config, plan: Plan) -> Plan:
-    if plan.tp < 2:
+    if plan.tp < (1 if cfg.head is not None else 2):
         raise UsageError(f"the run needs at least 2 ranks, got {plan.tp}")
     check_divisible(cfg.vocabs, plan.tp)
     return plan

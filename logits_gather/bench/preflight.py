@@ -51,6 +51,8 @@ def check_out(out: str) -> None:
 def estimate(cfg: Config, tp: int, cuda: bool) -> dict[str, int]:
     """Bytes one rank needs, by item."""
     item = {"bf16": 2, "fp16": 2, "fp32": 4}[cfg.dtype]
+    if cfg.head is not None:
+        return _head_estimate(cfg, tp, cuda, item)
     units = {}
     for v in cfg.vocabs:
         u = cfg.capacity * v * item
@@ -68,6 +70,23 @@ def estimate(cfg: Config, tp: int, cuda: bool) -> dict[str, int]:
             units[k] = units.get(k, 0) + b
     if "limit" in cfg.methods:
         units["push probe"] = tp * cfg.limit_mib * 2**20 // (tp - 1)
+    if cuda:
+        units["context"] = CONTEXT_MIB * 2**20
+    return units
+
+
+def _head_estimate(cfg: Config, tp: int, cuda: bool, item: int) -> dict[str, int]:
+    """``--head H``: this rank's weight and one regenerated peer weight for the check,
+    ours' five slots and stock's two buffers, the checked outputs of every M (four
+    methods) and the fp32 reference block."""
+    v = max(cfg.vocabs)
+    columns = v // tp
+    units = {
+        "weights": 2 * columns * cfg.head * item,
+        "gather buffers": 7 * cfg.capacity * v * item,
+        "checked outputs": 4 * sum(cfg.rows) * v * item,
+        "fp32 reference": 3 * cfg.capacity * columns * 4 + cfg.sets * cfg.capacity * cfg.head * 4,
+    }
     if cuda:
         units["context"] = CONTEXT_MIB * 2**20
     return units

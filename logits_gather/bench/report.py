@@ -71,22 +71,22 @@ def preamble(info: dict[str, Any], ctx: Any) -> None:
     print("\n".join(preamble_lines(info, ctx)), flush=True)
 
 
-def _num(v: float | None) -> str:
+def num(v: float | None) -> str:
     if v is None:
         return "n/a"
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
-def _cell(entry: dict[str, Any] | None, status: dict[str, Any] | None = None) -> str:
+def cell(entry: dict[str, Any] | None, status: dict[str, Any] | None = None) -> str:
     """A timing as ``median ±spread%``, or why there is none."""
     if entry is None or entry.get("status", "ok") != "ok":
         st = (entry or status or {}).get("status")
         return "WRONG" if st == "WRONG" else "n/a"
     spread = entry.get("spread_pct")
-    return _num(entry["median"]) + (f" ±{spread:.0f}%" if spread is not None else "")
+    return num(entry["median"]) + (f" ±{spread:.0f}%" if spread is not None else "")
 
 
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+def table(head: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
 
     def line(cells: list[str]) -> str:
@@ -104,15 +104,15 @@ def _method_lines(res: dict[str, Any]) -> list[str]:
             lines.append(f"  {name:<12} {st['status']}: {st['reason']}")
     lim = res["limit"]
     if "limit" in res["methods"]:
-        cands = ", ".join(f"{k} {_num(v)}" for k, v in lim["candidates_gbps"].items())
+        cands = ", ".join(f"{k} {num(v)}" for k, v in lim["candidates_gbps"].items())
         bar, push = lim["barrier"], lim["push"]
         bar_text = (
-            f"{_num(bar['us'])} µs ({bar['source']})"
+            f"{num(bar['us'])} µs ({bar['source']})"
             if bar["status"] == "ok"
             else f"unavailable: {bar['reason']}"
         )
         bw = (
-            f"{_num(lim['gbps'])} GB/s ({lim['bandwidth_source']})"
+            f"{num(lim['gbps'])} GB/s ({lim['bandwidth_source']})"
             if "gbps" in lim
             else "unavailable"
         )
@@ -148,9 +148,9 @@ def device_table(res: dict[str, Any], cuda: bool = True, mode: str = "nccl") -> 
         rows.append(
             [
                 str(row["m"]),
-                *(_cell(row["device_us"].get(n), res["methods"].get(n)) for n in timed),
-                _num(row["limit_us"]),
-                _num(row["ours_gbps"]),
+                *(cell(row["device_us"].get(n), res["methods"].get(n)) for n in timed),
+                num(row["limit_us"]),
+                num(row["ours_gbps"]),
                 f"{sp:.2f}" if sp else "n/a",
                 _pct(row),
             ]
@@ -160,7 +160,7 @@ def device_table(res: dict[str, Any], cuda: bool = True, mode: str = "nccl") -> 
         f"{label}V={res['vocab']} {res['dtype']} ({res['columns_per_rank']} columns per "
         f"rank): {'device' if cuda else 'wall-clock'} µs per call (median of bursts, max "
         "over ranks; ± spread of two passes)",
-        *_table(head, rows),
+        *table(head, rows),
     ]
     if any(r.get("pct_clipped") for r in res["rows"]):
         lines.append(CLIP_NOTE)
@@ -188,16 +188,16 @@ def host_table(res: dict[str, Any]) -> list[str]:
     ]
     rows = []
     for row in res["rows"]:
-        cells = [str(row["m"]), *(_cell(row["host_us"].get(k)) for k, _ in cols)]
+        cells = [str(row["m"]), *(cell(row["host_us"].get(k)) for k, _ in cols)]
         for n in ("ours", "stock"):
             g = row["graph_us"].get(n)
             ok = g is not None and g.get("status") == "ok"
-            cells += [_cell(g), f"{g['vs_eager']:.2f}x" if ok and g["vs_eager"] else "n/a"]
+            cells += [cell(g), f"{g['vs_eager']:.2f}x" if ok and g["vs_eager"] else "n/a"]
         rows.append(cells)
     lines = [
         "host µs per eager call (ws1: at world size 1, NCCL on a 1-rank subgroup) and "
         "CUDA-graph replay µs per call",
-        *_table(head, rows),
+        *table(head, rows),
     ]
     for row in res["rows"]:
         for n, g in row["graph_us"].items():

@@ -122,6 +122,11 @@ def _run(ctx: Ctx) -> None:
     reason = ctx.first_reason(problem)  # every rank stops, none is left in a collective
     if reason:
         raise MemoryError(reason)
+    if cfg.head is not None:  # the LM-head benchmark: its own inputs, methods and report
+        from .head import run_head
+
+        run_head(ctx)
+        return
     info = machine.describe(ctx) if ctx.rank == 0 else None
     if ctx.rank == 0:
         report.preamble(info, ctx)

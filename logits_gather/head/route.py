@@ -83,3 +83,33 @@ class HeadRoute:
                 "faster (logits_gather/head/table.py)"
             )
         return tile
+
+
+def kernel_problem(*, world_size: int, backend: str, device: torch.device) -> str | None:
+    """Why a ``LogitsGather`` with this world size, backend and device has no fused kernel
+    at all (None if it has one): the kernel needs the symmetric-memory backend, or at
+    world size 1 a device on which that backend could run."""
+    from ..symmetric import local_problem
+
+    if world_size == 1:
+        problem = local_problem(device)
+        if problem is None and backend != "symm_mem":
+            problem = "backend='torch.distributed' was requested"
+        return problem
+    if backend != "symm_mem":
+        return "this object runs the torch.distributed fallback"
+    return None
+
+
+def planned_path(
+    m: int, hidden_size: int, *, columns: int, dtype: torch.dtype, kernel: str | None
+) -> str:
+    """The route ``linear(fused=None)`` takes for such a call, in words, as the table
+    decides it (a fused kernel that then fails to compile also ends in cuBLAS, logged)."""
+    why = unfusable(hidden_size=hidden_size, columns=columns, dtype=dtype, kernel=kernel)
+    if why:
+        return f"cuBLAS+gather ({why})"
+    tile = pick(m, hidden_size, columns)
+    if tile is None:
+        return "cuBLAS+gather (tile table)"
+    return f"fused {tile.bm}x{tile.bn}x{tile.bk}"
