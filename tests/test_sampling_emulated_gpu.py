@@ -21,7 +21,9 @@ import random
 import pytest
 import torch
 
-from tests.emulated import Ranks
+pytest.importorskip("triton")
+
+from tests.emulated import Ranks  # noqa: E402
 from tests.gpu import adversarial_logits, needs_gpu
 
 pytestmark = [pytest.mark.gpu, needs_gpu]

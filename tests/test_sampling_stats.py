@@ -222,21 +222,18 @@ def test_noise_is_uniform_and_independent() -> None:
         (torch.full((512,), base), torch.arange(512)),
     ):
         u = rng.uniform(seeds, pos, ids).double()
-        assert 0 < float(u.min()) and float(u.max()) < 1
-        flat = torch.bincount((u * 256).long().flatten(), minlength=256)
+        # The fp32 sum of the two halves rounds to exactly 1 for the top ~2**-25 of
+        # hashes (as in vLLM); log1p_neg clamps there, so the Gumbel stays finite.
+        assert 0 < float(u.min()) and float(u.max()) <= 1
+        flat = torch.bincount((u * 256).long().clamp_max(255).flatten(), minlength=256)
         assert chi2_p(flat, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA
-        b = (u * 16).long()
+        b = (u * 16).long().clamp_max(15)
         for joint in (b[:-1] * 16 + b[1:], b[:, :-1] * 16 + b[:, 1:]):
             cells = torch.bincount(joint.flatten(), minlength=256)
             assert chi2_p(cells, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA
     g = rng.gumbel(seeds, pos, ids)
-    assert 0 < float(u.min()) and float(u.max()) < 1
-    flat = torch.bincount((u * 256).long().flatten(), minlength=256)
-    assert chi2_p(flat, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA
-    b = (u * 16).long()
-    for joint in (b[:-1] * 16 + b[1:], b[:, :-1] * 16 + b[:, 1:]):
-        cells = torch.bincount(joint.flatten(), minlength=256)
-        assert chi2_p(cells, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA
+    assert bool(torch.isfinite(g).all())
+    assert bool(torch.isfinite(rng.log1p_neg(torch.ones(1))).all())
     gamma = 0.5772156649
     assert abs(float(g.double().mean()) - gamma) < 0.01
     assert abs(float(g.double().var()) - math.pi**2 / 6) < 0.05
