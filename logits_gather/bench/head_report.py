@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 from typing import Any
 
-from .report import cell, mode_lines, preamble_lines, table
+from .report import cell, mode_lines, preamble_lines, table, write
 
 TIMED = ("head alone", "fused", "cublas+ours", "cublas+stock")
 # ours / peer: every ratio below 1 means ours is faster
@@ -100,20 +98,4 @@ def finish(info: dict[str, Any], ctx: Any, results: list[dict[str, Any]]) -> Non
     base = os.path.join(
         cfg.out, f"head_tp{ctx.world}_{info['placement']}_{cfg.dtype}_H{cfg.head}_V{vocabs}"
     )
-    os.makedirs(cfg.out, exist_ok=True)
-    doc = {
-        "benchmark": "logits_gather.bench --head",
-        "created": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": info,
-        "config": cfg.as_dict(),
-        "timer": "cuda_events" if ctx.cuda else "perf_counter",
-        "notes": notes,
-        "latency_only": info["latency_only"],
-        "results": results,
-    }
-    with open(base + ".json", "w") as f:
-        json.dump(doc, f, indent=1, default=str)
-    with open(base + ".txt", "w") as f:
-        f.write("\n".join([*preamble_lines(info, ctx), *text, *notes]) + "\n")
-    print(f"wrote {base}.json and {base}.txt")
-    print(plot(doc, base + ".png"), flush=True)
+    write(base, "logits_gather.bench --head", info, ctx, cfg, notes, results, text, plot)

@@ -253,12 +253,27 @@ def finish(info: dict[str, Any], ctx: Any, results: list[dict[str, Any]]) -> Non
     for line in notes:
         print(line)
     base = stem(ctx, info)
-    os.makedirs(ctx.cfg.out, exist_ok=True)
+    write(base, "logits_gather.bench", info, ctx, ctx.cfg, notes, results, text, plot)
+
+
+def write(
+    base: str,
+    benchmark: str,
+    info: dict[str, Any],
+    ctx: Any,
+    cfg: Any,
+    notes: list[str],
+    results: list[dict[str, Any]],
+    text: list[str],
+    plot: Any,
+) -> None:
+    """Write ``base``.json, .txt and .png: one benchmark's results, its machine and config."""
+    os.makedirs(cfg.out, exist_ok=True)
     doc = {
-        "benchmark": "logits_gather.bench",
+        "benchmark": benchmark,
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": info,
-        "config": ctx.cfg.as_dict(),
+        "config": cfg.as_dict(),
         "timer": "cuda_events" if ctx.cuda else "perf_counter",
         "notes": notes,
         "latency_only": info["latency_only"],
