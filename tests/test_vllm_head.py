@@ -160,7 +160,8 @@ def _lora(rank: int, seed: int, calls: list, messages: list[str]) -> None:
 
 def _capture(rank: int, seed: int, calls: list, messages: list[str]) -> None:
     """A capture before any eager ``linear`` call for this hidden size takes vLLM's
-    head (``linear`` compiles at its first call); after one, captures use it."""
+    head (``linear`` compiles at its first call); after one, captures use it; under
+    torch.compile tracing, vLLM's head and gather."""
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
     from logits_gather.vllm import processor
@@ -181,6 +182,9 @@ def _capture(rank: int, seed: int, calls: list, messages: list[str]) -> None:
     for mode["now"] in ("eager", "capturing"):
         _same(ours(lm_head, h), ref(lm_head, h), f"{mode['now']} after an eager linear")
     assert calls[first:] == [(2, HIDDEN), (2, HIDDEN)], calls
+    mode["now"] = "compiling"  # torch.compile tracing: vLLM's head and gather
+    _same(ours(lm_head, h), ref(lm_head, h), "torch.compile tracing")
+    assert len(calls) == first + 2 and ours.gather_counts["vllm"] == 1
     processor.call_mode = real
 
 

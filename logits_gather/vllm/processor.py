@@ -118,7 +118,7 @@ class GatherLogitsProcessor(LogitsProcessor):
     ) -> torch.Tensor | None:
         """``fused_head``: ``linear`` applies the head where :mod:`.head` allows it."""
         lg, mode = None, call_mode(hidden_states)
-        if not skip_gather:
+        if not skip_gather and mode != "compiling":  # traced: vLLM's path, as the gather's
             lg = self.head_route.pick(
                 hidden_states, lm_head, embedding_bias, self.head_dtype, mode, self._pick
             )
