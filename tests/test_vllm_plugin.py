@@ -97,7 +97,8 @@ def stock(*args, **kwargs):
             op_registry_oot["LogitsProcessor"] = saved
 
 
-def head(seed: int, rank: int, dtype: torch.dtype):
+def head(seed: int, rank: int, dtype: torch.dtype, **kwargs):
+    """vLLM's ``ParallelLMHead`` (``kwargs`` go to it) with random weights (and bias)."""
     from vllm.model_executor.layers import utils as vllm_utils
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
@@ -106,9 +107,11 @@ def head(seed: int, rank: int, dtype: torch.dtype):
         # its CPU GEMM dispatch picks them for bf16/fp16 weights and raises. Take the
         # path it takes on CPUs without AMX: torch's linear.
         vllm_utils.check_cpu_sgl_kernel = lambda *args: False
-    lm_head = ParallelLMHead(VOCAB, HIDDEN, params_dtype=dtype)
+    lm_head = ParallelLMHead(VOCAB, HIDDEN, params_dtype=dtype, **kwargs)
     gen = torch.Generator().manual_seed(seed + 1000 + rank)
     lm_head.weight.data.copy_(torch.randn(lm_head.weight.shape, generator=gen).to(dtype))
+    if lm_head.bias is not None:
+        lm_head.bias.data.copy_(torch.randn(lm_head.bias.shape, generator=gen).to(dtype))
     lm_head.quant_method.process_weights_after_loading(lm_head)
     return lm_head
 

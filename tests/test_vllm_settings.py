@@ -29,7 +29,8 @@ def test_defaults_and_sources() -> None:
         got.timeout_s,
         got.on_timeout,
         got.drafters,
-    ) == (False, None, 256.0, 2048.0, "auto", 300.0, "trap", True)
+        got.fused_head,
+    ) == (False, None, 256.0, 2048.0, "auto", 300.0, "trap", True, False)
     assert got.describe() == "all defaults"
 
 
@@ -38,6 +39,7 @@ def test_additional_config_wins_over_environment() -> None:
         "LOGITS_GATHER_VLLM_CAPACITY": "64",
         "LOGITS_GATHER_VLLM_BACKEND": "symm_mem",
         "LOGITS_GATHER_VLLM_ON_TIMEOUT": "raise",
+        "LOGITS_GATHER_VLLM_FUSED_HEAD": "1",
     }
     got = Settings.load({"logits_gather": {"capacity": 8, "timeout_s": 60, "drafters": "off"}}, env)
     assert (got.capacity, got.backend, got.timeout_s, got.on_timeout, got.drafters) == (
@@ -49,6 +51,9 @@ def test_additional_config_wins_over_environment() -> None:
     )
     assert "capacity=8 (additional_config)" in got.describe()
     assert "backend=symm_mem (LOGITS_GATHER_VLLM_BACKEND)" in got.describe()
+    assert got.fused_head and "fused_head=True (LOGITS_GATHER_VLLM_FUSED_HEAD)" in got.describe()
+    off = Settings.load({"logits_gather": {"fused_head": False}}, env)
+    assert not off.fused_head and "fused_head=False (additional_config)" in off.describe()
     other = Settings.load({"other_plugin": {"x": 1}}, {})  # other keys are not ours
     assert other == Settings()
 
@@ -62,6 +67,8 @@ def test_additional_config_wins_over_environment() -> None:
         (None, {"LOGITS_GATHER_VLLM_BACKEND": "nccl"}, "LOGITS_GATHER_VLLM_BACKEND.*nccl"),
         (None, {"LOGITS_GATHER_VLLM_TIMEOUT_S": "-1"}, "LOGITS_GATHER_VLLM_TIMEOUT_S.*-1"),
         (None, {"LOGITS_GATHER_VLLM_ON_TIMEOUT": "hang"}, "ON_TIMEOUT.*hang"),
+        (None, {"LOGITS_GATHER_VLLM_FUSED_HEAD": "fast"}, "LOGITS_GATHER_VLLM_FUSED_HEAD.*fast"),
+        ({"logits_gather": {"fused_head": 2}}, {}, r"\['fused_head'\].*2"),
         ({"logits_gather": {"capacity": 2.5}}, {}, r"\['capacity'\].*2.5"),
         ({"logits_gather": {"memory_mib": "lots"}}, {}, r"\['memory_mib'\].*lots"),
         ({"logits_gather": {"capcity": 8}}, {}, "unknown keys.*capcity"),

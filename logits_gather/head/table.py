@@ -24,12 +24,31 @@ before and after the kernel's). Candidates: ``CANDIDATES`` in the script. Each r
   tile streams 3.3-3.4 TB/s against cuBLAS's 3.5.
 * **Misses at M = 64** except tp 2, H=4096 (1.03x): 1.06x at tp 2, H 5120 and 7168,
   1.06-1.08x at tp 4, 1.25-1.27x at tp 8 (the same wave problem, with 64-row tiles).
-* **Misses at M = 128 and 256 everywhere** (1.19-1.89x). There cuBLAS is at or near the
-  compute/bandwidth balance (M=256: 2.6 TB/s of weight, 2.7 TB/s at M=128 too) and
-  this kernel's single-warpgroup software pipeline (``tl.dot`` with ``num_stages``, one
-  CTA per SM, no warp specialisation or TMA multicast) reaches 1.4-2.9 TB/s: it does
-  not overlap the wgmma work with the loads as well. No profile was taken (the device
-  time went to correctness); the figures are the bandwidth argument.
+* **Misses at M = 128 and 256 everywhere** (1.19-1.89x); the sweep's kernels stream
+  1.4-2.9 TB/s of weight there. Profiled at M=256, H=5120, columns=75776 (tp 2) with
+  ``scripts/head-profile.py`` under Nsight Compute (``--clock-control none``, one call
+  of each kernel, world size 1): the shape is **compute-bound**, and the kernel keeps
+  the tensor pipe busy for less of the time than cuBLAS does. cuBLAS
+  (``nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_TNT``: 3 warpgroups of 128 threads,
+  clusters of 2, 221 KB of shared memory) took 262 us (757 TFLOP/s) with the tensor
+  pipe active 94 % of its peak and DRAM at 65 %. The best candidate, 128x256x64 (8
+  warps, 3 stages), took 333 us (1.27x) with the tensor pipe at 75 % and DRAM at 52 %;
+  the default 128x128x64 tile took 454 us (47 %, 38 %); 128x128x64 with 4 warps 426 us
+  (50 %), 64x128x64 566 us (37 %). Each runs one CTA of 4 or 8 warps per SM (the
+  persistent grid is 132 CTAs; 128-220 registers per thread, 98-147 KB of shared
+  memory), and its warps do not wait
+  for the tensor core (the ``gmma`` stall is 0-0.08 cycles per issued instruction,
+  cuBLAS's 3.4) but on fixed-latency dependencies (``wait``, 2.7-3.9) and, in the
+  8-warp tiles, on global loads (long scoreboard, 1.1-1.5). Every kernel read the
+  776 MB weight once from DRAM (789-806 MB), so L2 served the reuse across row
+  blocks. The SM clock was not fixed: 1.53 GHz under cuBLAS, 1.67-1.78 GHz under the
+  fused kernels. In the same run, CUDA events (median of 7 bursts of 20 calls) gave
+  cuBLAS 273.4 us and the 128x256 tile 356.6 us (1.30x). For contrast, at M=16 (fused
+  route) both are memory-bound: cuBLAS 177 us at 92 % of DRAM peak, the 16x128x128
+  tile 185 us at 88 %. Predicted, not tried: feeding the tensor pipe at these M needs
+  the loads issued apart from the wgmma warps (warp specialisation with TMA, which
+  cuBLAS's 3-warpgroup, 2-CTA-cluster kernel suggests); until then these shapes take
+  cuBLAS.
 
 Every miss routes to ``F.linear`` + the push gather (``None``). Shapes that were not
 swept take the nearest swept shape's rows (H first, then columns).

@@ -1,9 +1,14 @@
 """GatherLogitsProcessor: vLLM's LogitsProcessor with the TP logits gather done by LogitsGather.
 
-Only ``_gather_logits`` changes (LoRA's ``LogitsProcessorWithLoRA`` calls it
-too). vLLM's ``_get_logits`` still applies the LM head, calls the gather and
-slices ``[..., :org_vocab_size]``; the fast path returns the ``[M, V_pad]`` rows
-of a LogitsGather slot, with the values and strides of vLLM's own result.
+By default only ``_gather_logits`` changes (LoRA's ``LogitsProcessorWithLoRA``
+calls it too). vLLM's ``_get_logits`` still applies the LM head, calls the gather
+and slices ``[..., :org_vocab_size]``; the fast path returns the ``[M, V_pad]`` rows
+of a LogitsGather slot, with the values and strides of vLLM's own result. With the
+setting ``fused_head``, ``_get_logits`` returns ``LogitsGather.linear(hidden,
+lm_head.weight)[..., :org_vocab_size]`` instead, for calls that would take the fast
+path with a head that :mod:`.head` accepts (an unquantized bf16/fp16
+``VocabParallelEmbedding`` without bias, outside LoRA); each rank logs once per
+instance why a head is not served.
 
 Which path a call takes is the same on every TP rank (they run the same steps
 with the same M, and every decision below is either per call or agreed):
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -51,47 +57,12 @@ from vllm.distributed import get_tp_group
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
 from ..gather import LogitsGather
-from . import memory
+from . import head, memory
+from .context import call_mode, current_role, needs_copy, speculator_captures_full
 from .settings import CAPACITY_ENV, Settings, log_once
 
 log = logging.getLogger("logits_gather.vllm")
 _PENDING, _READY, _STOCK = "pending", "ready", "stock"
-DRAFTER_TAGS = ("eagle_head", "draft_model", "dflash_head", "dspark_head")
-
-
-def needs_copy(logprobs_mode: str | None, dtype: torch.dtype) -> bool:
-    """True where vLLM may read the logits after the next-but-one gather."""
-    return logprobs_mode == "processed_logits" and dtype == torch.float32
-
-
-def call_mode(logits: torch.Tensor) -> str:
-    """``"compiling"``, ``"capturing"`` or ``"eager"``."""
-    if torch.compiler.is_compiling():
-        return "compiling"
-    if logits.is_cuda and torch.cuda.is_current_stream_capturing():
-        return "capturing"
-    return "eager"
-
-
-def current_role() -> str:
-    """``"drafter"`` inside vLLM's speculative-model loaders (by model tag), else ``"target"``."""
-    try:
-        from vllm.compilation import backends
-    except ImportError:
-        return "target"
-    return "drafter" if getattr(backends, "model_tag", "") in DRAFTER_TAGS else "target"
-
-
-def speculator_captures_full(config: object) -> bool:
-    """True where V2's speculator records compute_logits in FULL CUDA graphs."""
-    try:
-        return bool(
-            config.use_v2_model_runner
-            and not config.model_config.enforce_eager
-            and config.compilation_config.cudagraph_mode.has_full_cudagraphs()
-        )
-    except Exception:  # noqa: BLE001 - a config without these: no FULL-graph drafter
-        return False
 
 
 def _accepts(name: str) -> bool:
@@ -118,13 +89,19 @@ class GatherLogitsProcessor(LogitsProcessor):
         self._lg: LogitsGather | None = None
         self._state = _PENDING
         self.gather_counts = {"logits_gather": 0, "vllm": 0}
+        self.head_route = head.HeadRoute(self._settings.fused_head, self._tag)
+        self._own_head = False  # inside this class's _get_logits
         self._unlogged: str | None = None  # why settings keep vLLM's path, logged at 1st call
         if self._settings.disable or (self.role == "drafter" and not self._settings.drafters):
             self._state = _STOCK
             self._unlogged = f"settings ask for it ({self._settings.describe()})"
 
     def _gather_logits(self, logits: torch.Tensor) -> torch.Tensor:
-        lg = self._pick(logits)
+        if not self._own_head:
+            self.head_route.foreign()
+        lg = None
+        if logits.dim() == 2 and logits.is_contiguous():
+            lg = self._pick(logits.shape[0], logits.shape[1], logits.dtype, logits)
         if lg is not None:
             self.gather_counts["logits_gather"] += 1
             out = lg(logits)
@@ -132,21 +109,45 @@ class GatherLogitsProcessor(LogitsProcessor):
         self.gather_counts["vllm"] += 1
         return super()._gather_logits(logits)
 
-    def _pick(self, logits: torch.Tensor) -> LogitsGather | None:
-        """The LogitsGather for this call, or None for vLLM's gather."""
+    def _get_logits(
+        self,
+        hidden_states: torch.Tensor,
+        lm_head: Any,
+        embedding_bias: torch.Tensor | None,
+        skip_gather: bool = False,
+    ) -> torch.Tensor | None:
+        """``fused_head``: ``linear`` applies the head where :mod:`.head` allows it."""
+        lg, mode = None, call_mode(hidden_states)
+        if not skip_gather and mode != "compiling":  # traced: vLLM's path, as the gather's
+            lg = self.head_route.pick(
+                hidden_states, lm_head, embedding_bias, self.head_dtype, mode, self._pick
+            )
+        if lg is None:  # vLLM's head, then _gather_logits
+            self._own_head = True
+            try:
+                return super()._get_logits(hidden_states, lm_head, embedding_bias, skip_gather)
+            finally:
+                self._own_head = False
+        self.gather_counts["logits_gather"] += 1
+        out = self.head_route.apply(lg, hidden_states, lm_head.weight, mode)
+        return (out.clone() if self._copy else out)[..., : self.org_vocab_size]
+
+    def _pick(
+        self, m: int, columns: int, dtype: torch.dtype, like: torch.Tensor
+    ) -> LogitsGather | None:
+        """The LogitsGather for ``m`` rows of ``columns``, or None for vLLM's gather."""
         if self._unlogged is not None:
             log.info("%s: vLLM's all-gather, because %s", self._tag(get_tp_group()), self._unlogged)
             self._unlogged = None
-        if self._state is _STOCK or logits.dim() != 2 or not logits.is_contiguous():
+        if self._state is _STOCK:
             return None
-        m = logits.shape[0]
-        mode = call_mode(logits)
+        mode = call_mode(like)
         if m == 0 or mode == "compiling":
             return None
         if self._state is _PENDING:
             if mode != "eager" or m > self.rows:
                 return None
-            self._build(logits)
+            self._build(columns, dtype, like.device)
             if self._state is not _READY:
                 return None
         lg = self._lg
@@ -156,7 +157,9 @@ class GatherLogitsProcessor(LogitsProcessor):
                 f"use vLLM's all-gather (capacity / memory_mib, {CAPACITY_ENV})"
             )
             return None
-        if logits.dtype is not lg.dtype or (mode == "capturing" and not self._capturable):
+        if columns != lg.columns or dtype is not lg.dtype:
+            return None
+        if mode == "capturing" and not self._capturable:
             return None
         return lg
 
@@ -167,11 +170,11 @@ class GatherLogitsProcessor(LogitsProcessor):
             f"{tp.world_size}, global rank {rank}]"
         )
 
-    def _build(self, logits: torch.Tensor) -> None:
+    def _build(self, columns: int, dtype: torch.dtype, device: torch.device) -> None:
         """Collective over the TP group (every rank reaches it at the same call)."""
         tp = get_tp_group()
-        s, device, world = self._settings, logits.device, tp.world_size
-        padded, item = logits.shape[1] * world, logits.element_size()
+        s, world = self._settings, tp.world_size
+        padded, item = columns * world, dtype.itemsize
         capacity = memory.capacity_for(
             self.rows, s.memory_mib, padded, item, self.graphs, s.capacity
         )
@@ -206,7 +209,7 @@ class GatherLogitsProcessor(LogitsProcessor):
                     "(do their settings differ?)"
                 )
             if reason is None:
-                reason = self._construct(tp, logits, capacity)
+                reason = self._construct(tp, columns, dtype, device, capacity)
         if reason is not None:
             if s.backend == "symm_mem" and world > 1 and self.use_all_gather:
                 raise RuntimeError(f"{self._tag(tp)}: backend=symm_mem is impossible: {reason}")
@@ -235,15 +238,17 @@ class GatherLogitsProcessor(LogitsProcessor):
             s.describe(),
         )
 
-    def _construct(self, tp: object, logits: torch.Tensor, capacity: int) -> str | None:
+    def _construct(
+        self, tp: object, columns: int, dtype: torch.dtype, device: torch.device, capacity: int
+    ) -> str | None:
         """Builds the LogitsGather; None on success on every rank, else the reason."""
         s = self._settings
         kwargs = dict(
-            columns=logits.shape[1],
+            columns=columns,
             capacity=capacity,
-            device=logits.device,
+            device=device,
             group=tp.device_group,
-            dtype=logits.dtype,
+            dtype=dtype,
             backend=s.backend,
             timeout_s=s.timeout_s,
             graphs=self.graphs,

@@ -20,6 +20,7 @@ backend        LOGITS_GATHER_VLLM_BACKEND        auto      auto / symm_mem / tor
 timeout_s      LOGITS_GATHER_VLLM_TIMEOUT_S      300       how long a gather waits for a peer
 on_timeout     LOGITS_GATHER_VLLM_ON_TIMEOUT     trap      trap (abort on the device) / raise
 drafters       LOGITS_GATHER_VLLM_DRAFTERS       true      serve speculative drafters too
+fused_head     LOGITS_GATHER_VLLM_FUSED_HEAD     false     LM head by LogitsGather.linear
 =============  ================================  ========  ========================================
 
 Bad values raise ``ValueError`` naming the key or variable and the value.
@@ -97,6 +98,7 @@ class Settings:
     timeout_s: float = 300.0
     on_timeout: str = "trap"
     drafters: bool = True
+    fused_head: bool = False
     sources: tuple[str, ...] = ()
 
     @classmethod
@@ -138,7 +140,7 @@ class Settings:
 
 
 def _parse(name: str, raw: Any, label: str) -> Any:
-    if name in ("disable", "drafters"):
+    if name in ("disable", "drafters", "fused_head"):
         return _flag(raw, label)
     if name == "capacity":
         return _number(raw, label, int, 1)
