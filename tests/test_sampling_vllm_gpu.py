@@ -4,8 +4,10 @@ vLLM's files come from the packed wheel files on ``PYTHONPATH`` (docs/gpu-testin
 skipped where ``vllm`` does not import or there is no GPU.
 
 - Noise and scores bit for bit: the kernels' ``x / T + noise`` against vLLM's own
-  ``murmur3_uniform32`` and ``_log1p_neg_stable`` composed as its ``gumbel_noised_argmax``
-  does, over 64 rows of V=151552 columns, negative and 64-bit seeds, large positions.
+  ``apply_temperature`` followed by its ``murmur3_uniform32`` and ``_log1p_neg_stable``
+  noise, added as ``gumbel_sample(apply_temperature=False)`` adds it (how vLLM's V2
+  ``Sampler`` composes them: :mod:`tests.vllm_scores`), over 64 rows of V=151552
+  columns, T = 0 and 1 included, negative and 64-bit seeds, large positions.
 - Tokens: greedy, temperature and min-p at world size 1 and at tp=2 with both ranks on
   one GPU equal ``apply_temperature`` + ``apply_min_p`` + ``gumbel_sample`` on the
   gathered logits, row for row, in bfloat16, float16 and float32 at several M.
@@ -55,7 +57,7 @@ def test_scores_equal_vllm_bits() -> None:
     from logits_gather.sampling.kernels import elementwise
 
     _vllm()
-    from tests.vllm_scores import vllm_scores
+    from tests.vllm_scores import scores
 
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -64,12 +66,11 @@ def test_scores_equal_vllm_bits() -> None:
     for dtype in (torch.bfloat16, torch.float32):
         x = (torch.randn(m, V, device=dev, generator=gen) * 4).to(dtype)
         t = torch.rand(m, device=dev, generator=gen) * 7 + 1e-3
-        t[:3] = torch.tensor([1.0, 1e-3, 7.0])
+        t[:4] = torch.tensor([1.0, 1e-3, 7.0, 0.0])
         seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev, generator=gen)
         pos = torch.randint(0, 2**31, (m,), device=dev, generator=gen)
         grid = (m, triton.cdiv(V, block))
-        want = torch.full((m, V), float("nan"), device=dev)
-        vllm_scores[grid](x, t, seed, pos, want, V, BLOCK=block)
+        want = scores(x, t, seed, pos)
         got = torch.full_like(want, float("nan"))
         rows = torch.stack((seed, pos), 1)
         elementwise.noise_kernel[grid](rows, t, x, got, V, BLOCK=block)
