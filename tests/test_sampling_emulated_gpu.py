@@ -193,25 +193,6 @@ def test_emulated_ranks_match_gathered(world: int) -> None:
         _iteration(ranks, rng, it)
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_emulated_ranks_take_tickets(world: int) -> None:
-    """Every one-launch round with its programs working by ticket (:mod:`.single`,
-    Progress), ranks sharing the GPU: M up to ``single_rows``, where readers cannot fill
-    it, so this tests the tickets' rows and splits and their reset under real
-    concurrency, not the progress argument (that needs one rank per GPU). bfloat16 only:
-    each dtype compiles every kernel variant again."""
-    dev = torch.device("cuda", 0)
-    torch.cuda.set_device(dev)
-    ranks = Ranks(world, V // world, 64, dev, ticket_rows=0)
-    most = ranks.fused[0].single_rows
-    rng = random.Random(2000 + world)
-    _iteration(ranks, rng, 0, most, warm=True)  # bfloat16 alone: the tickets ignore dtype
-    for _ in range(6):
-        _iteration(ranks, rng, 0, rng.randint(1, most))
-    for boxes in ranks._boxes.values():
-        assert not any(b.arrivals.any() for b in boxes), "tickets or arrivals not reset"
-
-
 def test_topp_second_round_decides_a_dense_split() -> None:
     """One split dense near the top hides round 1's cut (every split's candidates stop
     at the largest value some split left out); round 2 (:mod:`.spill`) must then decide

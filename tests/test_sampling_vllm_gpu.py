@@ -52,7 +52,7 @@ def _vllm_tokens(logits, temp, seeds, pos, mp=None) -> torch.Tensor:
 def test_scores_equal_vllm_bits() -> None:
     import triton
 
-    from logits_gather.sampling.kernels import elementwise
+    from tests import sampling_kernels
 
     _vllm()
     from tests.vllm_scores import vllm_scores
@@ -72,7 +72,7 @@ def test_scores_equal_vllm_bits() -> None:
         vllm_scores[grid](x, t, seed, pos, want, V, BLOCK=block)
         got = torch.full_like(want, float("nan"))
         rows = torch.stack((seed, pos), 1)
-        elementwise.noise_kernel[grid](rows, t, x, got, V, BLOCK=block)
+        sampling_kernels.noise_kernel[grid](rows, t, x, got, V, BLOCK=block)
         diff = got.view(torch.int32) != want.view(torch.int32)
         assert int(diff.sum()) == 0, (
             f"{dtype}: {int(diff.sum())} of {got.numel()} differ, first at "
