@@ -113,8 +113,8 @@ def kth_largest(
 
 
 MAX_CANDIDATES = 64
-"""``top_k`` up to this is exchanged as candidates (one round on the fused path, one exchange
-on the torch-ops path); larger ``top_k`` uses a radix select."""
+"""An int ``top_k`` up to this takes the fused top-k (candidates in the kernels); larger ones,
+and every ``top_k`` on the torch-ops path, take this module's radix select."""
 
 _SMAX = 1  # payload column (fp32) of the local max of s in the greedy exchange
 
