@@ -117,8 +117,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     whole = {
         "greedy": lambda: f.greedy(x),
         "sample_k50 round 1": topk_round1,
-        "sample": lambda: f.sample(x, t, seed, None),
-        "sample_k50": lambda: f.sample(x, t, seed, 50),
+        "sample": lambda: f.sample(x, t, seed),
+        "sample_k50": lambda: f.sample_topk(x, t, seed, 50, None, None),
         "sample_k50_p90": lambda: f.sample_topk(x, t, seed, 50, p90, None),
         "sample_k50_p90_minp": lambda: f.sample_topk(x, t, seed, 50, p90, mp),
         "sample_minp": lambda: f.sample_minp(x, t, seed, mp),

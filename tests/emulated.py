@@ -148,7 +148,7 @@ class Ranks:
         for every operation and dtype before :meth:`run`."""
         held: list[tuple[int, int, Callable[..., Any], torch.cuda.Stream]] = []
         for r, f in enumerate(self.fused):
-            for name in ("_final", "_one"):
+            for name in ("final", "one"):
                 real = getattr(f, name)
 
                 def hold(*args: Any, real: Callable[..., Any] = real, r: int = r, **kw: Any) -> Any:

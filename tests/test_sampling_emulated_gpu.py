@@ -106,14 +106,14 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
     min_p = torch.tensor([rng.choice([0.01, 0.1, 0.5]) for _ in range(m)], device=dev)
     out = [
         ("greedy", lambda f, r: f.greedy(shards[r]), full.argmax(1)),
-        ("sample", lambda f, r: f.sample(shards[r], temp, rows, None),
+        ("sample", lambda f, r: f.sample(shards[r], temp, rows),
          reference.sample(full, temp, seed, pos)),
         ("min_p", lambda f, r: f.sample_minp(shards[r], temp, rows, min_p),
          reference.sample(full, temp, seed, pos, min_p=min_p)),
     ]  # fmt: skip
     for k in TOP_KS:
         out.append(
-            (f"top_k={k}", lambda f, r, k=k: f.sample(shards[r], temp, rows, k),
+            (f"top_k={k}", lambda f, r, k=k: f.sample_topk(shards[r], temp, rows, k, None, None),
              reference.sample(full, temp, seed, pos, top_k=k))
         )  # fmt: skip
     p64 = torch.tensor([rng.choice([0.9, 1.0, 0.5, 1e-6, 0.99]) for _ in range(m)], device=dev,

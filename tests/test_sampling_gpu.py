@@ -132,11 +132,11 @@ def _eager(rank: int, world: int, seed: int, placement: str) -> str:
             got = sampler.sample(shard, temp, seeds, pos, top_k=k)
             want = reference.sample(full, temp, seeds, pos, top_k=k)
             assert torch.equal(got, want), f"{where} k={k}: rows {(got != want).nonzero()}"
-        for f in _filters(rng, m, dev):
+        for filt in _filters(rng, m, dev):
             delay_random_rank(rng, rank, world)
-            got = sampler.sample(shard, temp, seeds, pos, **f)
-            want = reference.sample(full, temp, seeds, pos, **f)
-            assert torch.equal(got, want), f"{where} {f}: rows {(got != want).nonzero()}"
+            got = sampler.sample(shard, temp, seeds, pos, **filt)
+            want = reference.sample(full, temp, seeds, pos, **filt)
+            assert torch.equal(got, want), f"{where} {filt}: rows {(got != want).nonzero()}"
         spill = spill_logits(m, n, world, dtype, dev)  # round 2 decides every row
         ones = torch.ones(m, device=dev)
         got = sampler.sample(
