@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _interpret(script: str, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)  # the caller's Triton too
     run = subprocess.run([sys.executable, str(ROOT / "tests" / script), *args], env=env,
                          cwd=ROOT, capture_output=True, text=True, timeout=1800)  # fmt: skip
     out = run.stdout + run.stderr

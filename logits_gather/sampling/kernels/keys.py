@@ -68,7 +68,7 @@ def value(k):
 
 @triton.jit
 def index(k):
-    return LOW - (k & LOW)
+    return (k & LOW) ^ LOW  # = LOW - (k & LOW); a tensor first (Triton 3.8 interpreter)
 
 
 @triton.jit
