@@ -17,18 +17,18 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 
-from logits_gather.sampling.fused.polls import warp_local_polls
-from logits_gather.sampling.kernels import elementwise as E
 from logits_gather.sampling.kernels import finals as F
+from logits_gather.sampling.kernels import keys as E
 from logits_gather.sampling.kernels import logprob_writer as L
 from logits_gather.sampling.kernels import nucleus as N
 from logits_gather.sampling.kernels import overflow as V
 from logits_gather.sampling.kernels import rowk as R
 from logits_gather.sampling.kernels import single as O
-from logits_gather.sampling.kernels import single_filters as SF
+from logits_gather.sampling.kernels import single as SF
 from logits_gather.sampling.kernels import spill as S
 from logits_gather.sampling.kernels import topk as T
 from logits_gather.sampling.kernels import writers as K
+from tests.sampling_polls import warp_local_polls
 
 TARGET = GPUTarget("cuda", 90, 32)
 I64P, F32P = "*i64", "*fp32"
@@ -87,8 +87,7 @@ def variants():
             yield f"nucleus_local MINP={minp} ROWK={rowk}", N.nucleus_local, x, narrow, 4
         again = dict(local, BLOCK=2048, THREADS=128, SLOTS=55)
         yield "again_local", S.again_local, x, again, 4
-        for ticket in (False, True):  # one launch (single.py), tp=2's geometries
-            yield from _ones(x, bits, dict(local, CAND=64, TRAP=True, TICKET=ticket))
+        yield from _ones(x, bits, dict(local, CAND=64, TRAP=True))  # one launch (single.py)
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
@@ -112,7 +111,6 @@ def variants():
             nfk = dict(nf, ROWK=rowk)
             yield f"nucleus_final XBITS={xb} ROWK={rowk}", N.nucleus_final, None, nfk, 8
         yield f"again_final XBITS={xb}", S.again_final, None, nf, 8
-    yield "noise_kernel", E.noise_kernel, F32P, {"BLOCK": 1024}, 4
     # A small vocabulary (the GPU tests' 4099 columns per rank at tp=2): fewer splits
     # than threads, so the polls' words are replicated across warps. Checked for their
     # polls only: spills there cost no production time.
@@ -126,7 +124,7 @@ def variants():
     tf = dict(final, CAND=8, KP=2, THREADS=256, TOPP=1, MINP=1, ROWK=1, XBITS=16, PLAIN=0)
     yield "topk_final small", T.topk_final, None, tf, 8
     yield "logprobs_final small", F.logprobs_final, None, dict(final, CAND=8, NP=8, THREADS=128), 4
-    one = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256, "CAND": 8, "TRAP": True, "TICKET": False}
+    one = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256, "CAND": 8, "TRAP": True}
     yield "greedy_one small", O.greedy_one, "*bf16", dict(one, KEY=False), 8
     yield "logprobs_one small", O.logprobs_one, "*bf16", dict(one, NP=0, XBITS=16), 8
     probe = dict(one, G=8, ROWK=True, BITS=16, THREADS=64)  # the plan's probe_one there
@@ -136,8 +134,8 @@ def variants():
 
 
 def _ones(x: str, bits: int, one: dict):
-    """The one-launch variants (single.py, single_filters.py) over ``one``'s constants."""
-    tag = " TICKET" if one["TICKET"] else ""
+    """The one-launch variants (single.py) over ``one``'s constants."""
+    tag = ""
     yield f"greedy_one{tag}", O.greedy_one, x, dict(one, KEY=False), 8
     yield f"greedy_one KEY{tag}", O.greedy_one, x, dict(one, KEY=True), 8
     one_narrow = dict(one, BLOCK=2048, THREADS=128, CAND=128)
@@ -145,7 +143,7 @@ def _ones(x: str, bits: int, one: dict):
     yield f"logprobs_one NP=0{tag}", O.logprobs_one, x, dict(one, NP=0, XBITS=bits), 8
     yield f"logprobs_one NP=8{tag}", O.logprobs_one, x, dict(one_narrow, NP=8, XBITS=bits), 4
     yield f"minp_one{tag}", SF.minp_one, x, one_narrow, 4
-    for rowk in (False, True):  # single_filters.py, tp=2's top_k=50 plan
+    for rowk in (False, True):  # single.py, tp=2's top_k=50 plan
         probe = dict(one, G=8, ROWK=rowk, BITS=bits)
         yield f"probe_one G=8 ROWK={rowk}{tag}", SF.probe_one, x, probe, 8
         for topp, minp in ((0, 0), (1, 1)):

@@ -117,8 +117,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     whole = {
         "greedy": lambda: f.greedy(x),
         "sample_k50 round 1": topk_round1,
-        "sample": lambda: f.sample(x, t, seed, None),
-        "sample_k50": lambda: f.sample(x, t, seed, 50),
+        "sample": lambda: f.sample(x, t, seed),
+        "sample_k50": lambda: f.sample_topk(x, t, seed, 50, None, None),
         "sample_k50_p90": lambda: f.sample_topk(x, t, seed, 50, p90, None),
         "sample_k50_p90_minp": lambda: f.sample_topk(x, t, seed, 50, p90, mp),
         "sample_minp": lambda: f.sample_minp(x, t, seed, mp),
@@ -133,14 +133,11 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         if KERNELS:
             parts = " ".join(f"{k}={us:.1f}" for k, us in _kernels(fn))
             print(f"M={m} {name} ({out[f'{name} all']:.1f} us): {parts}", flush=True)
-    f.single_rows, f.ticket_rows, f.single_in_graphs = m, m, True  # one launch each (single.py)
+    f.single_rows, f.single_in_graphs = m, True  # one launch each (single.py)
     ones = ("greedy", "sample", "logprobs", "logprobs_n5", "sample_minp", "sample_k50")
     for name in ones:
         out[f"{name} one launch"] = _time(whole[name])
-    f.ticket_rows = 0  # programs take work by ticket (single.py, Progress)
-    for name in ones:
-        out[f"{name} tickets"] = _time(whole[name])
-    f.single_rows = f.ticket_rows = 0
+    f.single_rows = 0
     f.single_in_graphs = False
     return out
 

@@ -28,13 +28,13 @@ from logits_gather.sampling.fused.geometry import (
     room,
     select_warps,
 )
-from logits_gather.sampling.fused.polls import warp_local_polls
 from logits_gather.sampling.kernels import finals as F
 from logits_gather.sampling.kernels import nucleus as N
 from logits_gather.sampling.kernels import single as O
-from logits_gather.sampling.kernels import single_filters as SF
+from logits_gather.sampling.kernels import single as SF
 from logits_gather.sampling.kernels import spill as S
 from logits_gather.sampling.kernels import topk as T
+from tests.sampling_polls import warp_local_polls
 
 _spec = importlib.util.spec_from_file_location(
     "sampling_compile_check", Path(__file__).with_name("sampling-compile-check.py")
@@ -75,14 +75,12 @@ def finals(columns: int, world: int):
     for n in TOP_NS:
         lp = dict(base, CAND=narrow.cand, NP=room(n))
         yield f"logprobs_final top_n={n}", F.logprobs_final, lp, 4
-    # The one-launch kernels (single.py) wait inside their writers' geometry, their
-    # programs working by program id or by ticket.
-    for ticket in (False, True):
-        yield from _ones(wide, narrow, dict(base, TICKET=ticket), world)
+    # The one-launch kernels (single.py) wait inside their writers' geometry.
+    yield from _ones(wide, narrow, base, world)
 
 
 def _ones(wide, narrow, base: dict, world: int):
-    tag = " ticket" if base["TICKET"] else ""
+    tag = ""
     one = dict(base, BLOCK=wide.block, WORLD=world, CAND=wide.cand)
     one_n = dict(base, BLOCK=narrow.block, WORLD=world, CAND=narrow.cand)
     yield f"greedy_one{tag}", O.greedy_one, dict(one, KEY=False), wide.warps
@@ -92,7 +90,7 @@ def _ones(wide, narrow, base: dict, world: int):
         lp = dict(one_n, NP=room(n), XBITS=16)
         yield f"logprobs_one top_n={n}{tag}", O.logprobs_one, lp, narrow.warps
     yield f"minp_one{tag}", SF.minp_one, one_n, narrow.warps
-    for k in KS:  # single_filters.py: warps from the plan (0: two launches there)
+    for k in KS:  # single.py: warps from the plan (0: two launches there)
         plan = wide.topk(k)
         for rowk in (False, True):
             probe = dict(one, G=plan.g, ROWK=rowk, BITS=16)

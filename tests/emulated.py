@@ -58,7 +58,6 @@ class Ranks:
         timeout_s: float = 20.0,
         wait_ctas: int | None = None,
         single_rows: int | None = None,
-        ticket_rows: int | None = None,
     ) -> None:
         self.world, self.columns, self.capacity, self.device = world, columns, capacity, device
         self.timeout_s = timeout_s
@@ -81,7 +80,6 @@ class Ranks:
                 wait_ctas or None,
                 device.index,
                 single_rows=single_rows,
-                ticket_rows=ticket_rows,
             )  # fmt: skip
             for r in range(world)
         ]
@@ -125,7 +123,7 @@ class Ranks:
     def warm(self, call: Callable[[fused.Fused, int], Any]) -> None:
         """Loads every kernel ``call`` launches (see :meth:`_warm`): first as two launches
         per round, so that every kernel but the one-launch ones (:mod:`.single`,
-        :mod:`.single_filters`) is loaded; then as the ranks run it, with the one-launch
+        :mod:`.single`) is loaded; then as the ranks run it, with the one-launch
         kernels held back like the waiting ones."""
         saved = [f.single_rows for f in self.fused]
         for f in self.fused:
@@ -150,7 +148,7 @@ class Ranks:
         for every operation and dtype before :meth:`run`."""
         held: list[tuple[int, int, Callable[..., Any], torch.cuda.Stream]] = []
         for r, f in enumerate(self.fused):
-            for name in ("_final", "_one"):
+            for name in ("final", "one"):
                 real = getattr(f, name)
 
                 def hold(*args: Any, real: Callable[..., Any] = real, r: int = r, **kw: Any) -> Any:

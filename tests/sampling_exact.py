@@ -2,7 +2,7 @@
 (top-k also with a per-row k whose rows turn it off, with and without min-p; a per-row
 k with top-p).
 
-``PYTHONPATH=. python tests/sampling_exact.py [--tickets] [--dtype=NAME]`` (pytest:
+``PYTHONPATH=. python tests/sampling_exact.py [--dtype=NAME]`` (pytest:
 ``tests/test_sampling_exact_gpu.py``) runs, for bfloat16, float16 and
 float32, 16 calls each of top-p, top-k with top-p and min-p, top-k alone, a per-row
 k, and a per-row k with top-p (min-p on odd trials), at M=64 over 75776 columns (tp=2's
@@ -53,8 +53,6 @@ def rows(gen: torch.Generator, dt: torch.dtype, trial: int, dev: torch.device):
     return x, t, (seed, pos), p, mp, k
 
 
-TICKETS = "--tickets" in sys.argv
-"""``--tickets``: the one-launch rounds' programs take work by ticket (single.py)."""
 DTYPES = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--dtype=")] or [
     "bfloat16", "float16", "float32"]  # fmt: skip
 """``--dtype=NAME`` (repeatable): those dtypes alone (each costs its compiles)."""
@@ -66,7 +64,7 @@ def main() -> int:
     gen.manual_seed(6)
     wrong_total = 0
     for dt in (getattr(torch, name) for name in DTYPES):
-        f = Ranks(1, N, M, dev, wait_ctas=0, ticket_rows=0 if TICKETS else None).fused[0]
+        f = Ranks(1, N, M, dev, wait_ctas=0).fused[0]
         wrong = undecided = second = calls = k_rows = k_undecided = 0
         for trial in range(16):
             x, t, (seed, pos), p, mp, k = rows(gen, dt, trial, dev)
@@ -80,7 +78,7 @@ def main() -> int:
             wrong += int(
                 (tok != reference.sample(x, t, seed, pos, top_k=k, top_p=p, min_p=mp)).sum()
             )
-            tok = f.sample(x, t, sp, k)
+            tok = f.sample_topk(x, t, sp, k, None, None)
             wrong += int((tok != reference.sample(x, t, seed, pos, top_k=k)).sum())
             # A per-row k whose rows turn top-k off (0 or V) in top-k's launches (rowk.py),
             # with min-p on odd trials.
@@ -102,7 +100,7 @@ def main() -> int:
             k_rows += int(on.sum())
             calls += 5
         print(
-            f"{dt}{' (tickets)' if TICKETS else ''}: {calls} calls x {M} rows, wrong {wrong}, "
+            f"{dt}: {calls} calls x {M} rows, wrong {wrong}, "
             f"top-p rows to round 2 {second}, "
             f"undecided {undecided}; per-row k with top-p: {k_undecided} of {k_rows} rows "
             f"with k on undecided",

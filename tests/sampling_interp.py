@@ -35,7 +35,6 @@ from logits_gather.sampling.kernels import (  # noqa: E402
     logprob_writer,
     masses,
     nucleus,
-    single,
     topk,
 )
 from logits_gather.sampling.kernels import writers as kernels  # noqa: E402
@@ -64,13 +63,10 @@ def _locked(self, *args):
 launcher.Launcher.__call__ = _locked
 
 
-def run(
-    world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: bool = False,
-    ticket: bool = False,
-) -> int:  # fmt: skip
-    """``single``: one launch per round (:mod:`.single`, :mod:`.single_filters`: greedy,
+def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: bool = False) -> int:
+    """``single``: one launch per round (:mod:`.single`: greedy,
     sample, logprobs, min-p, top-k; world 1 only: here a waiting program cannot wait for
-    a kernel that runs after its own); ``ticket``: their programs take work by ticket."""
+    a kernel that runs after its own)."""
     gen = torch.Generator().manual_seed(seed)
     v = n * world
     full = torch.randn(m, v, generator=gen) * 3
@@ -147,12 +143,7 @@ def run(
 
     barrier = threading.Barrier(world)
     one = m if single else 0
-    fs = [
-        fused.Fused(
-            n, world, r, box_for(r), False, 2, single_rows=one, ticket_rows=0 if ticket else None
-        )
-        for r in range(world)
-    ]
+    fs = [fused.Fused(n, world, r, box_for(r), False, 2, single_rows=one) for r in range(world)]
     for f in fs:
         real = f.final
 
@@ -248,7 +239,7 @@ def run(
                     print(lp, want.logprobs, tid, want.top_ids)
             mix = isinstance(arg, tuple) and any(isinstance(a, torch.Tensor) for a in arg)
             tag = "mixed" if mix else arg
-            how = (" (one launch, tickets)" if ticket else " (one launch)") if single else ""
+            how = " (one launch)" if single else ""
             print(f"world={world} n={n} m={m} {op} {tag}{how} rank {r}: {'ok' if ok else 'FAIL'}")
             fails += not ok
     print(
@@ -260,7 +251,7 @@ def run(
     if single:
         print("one-launch kernels run:", ", ".join(sorted(launched)) or "none")
         busy = [w for w, made in boxes.items() for b in made if b.arrivals.any()]
-        if busy:  # tickets and arrival counts are back to 0 after every call
+        if busy:  # arrival counts are back to 0 after every call
             print(f"FAIL: arrivals left nonzero in the {sorted(set(busy))}-word mailboxes")
             fails += 1
     if rescued == 0 and world == 3 and m > 7 and any(op[0] == "topp" for op in ops):
@@ -303,7 +294,9 @@ def _call(f, op, arg, shard, temp, seeds, ids):
         second()  # always: the caller's flags may skip it
         return out, flags[:1]
     if op.startswith("sample"):
-        return f.sample(shard, temp, seeds, arg)
+        if arg is not None:
+            return f.sample_topk(shard, temp, seeds, arg, None, None)
+        return f.sample(shard, temp, seeds)
     return f.logprobs(shard, ids, arg or 0)
 
 
@@ -317,15 +310,16 @@ def _decode_kernel(cand_ptr, t, u_ptr, nbytes_ptr, N: tl.constexpr, XBITS: tl.co
 
 
 def check_decode() -> int:
-    """The finals' short radix keys (:func:`.masses.decode_keys`): bfloat16 x * (1 / T) gives
-    16-bit keys ordered like s (2 bytes); s values that are no x * (1 / T) fall back to 4."""
+    """The finals' short radix keys (:func:`.masses.decode_keys`): bfloat16 x / T (the
+    definition's scores, :func:`.rng.scaled`) gives 16-bit keys ordered like s (2 bytes);
+    s values that are no x / T fall back to 4."""
     fails = 0
     t = 0.7
-    for kind in ("x * (1 / T)", "arbitrary s"):
-        if kind == "x * (1 / T)":
+    for kind in ("x / T", "arbitrary s"):
+        if kind == "x / T":
             x = (torch.randn(64) * 4).to(torch.bfloat16).float()
             x[:8] = x[8]  # ties
-            s = rng.scaled(x, torch.tensor(t))
+            s = rng.scaled(x[None], torch.tensor([t]))[0]
         else:
             s = torch.randn(64) * 4
         h = s.view(torch.int32).to(torch.int64)
@@ -334,8 +328,8 @@ def check_decode() -> int:
         u, nbytes = torch.empty(64, dtype=torch.int64), torch.empty(1, dtype=torch.int32)
         _decode_kernel[(1,)](cand, t, u, nbytes, 64, 16)
         order = torch.sign(s[:, None] - s[None, :]) == torch.sign(u[:, None] - u[None, :])
-        ok = bool(order.all()) and int(nbytes) == (2 if kind == "x * (1 / T)" else 4)
-        if kind == "x * (1 / T)":
+        ok = bool(order.all()) and int(nbytes) == (2 if kind == "x / T" else 4)
+        if kind == "x / T":
             ok = ok and int(u.max()) < 1 << 16
         print(f"decode_keys, {kind}: bytes {int(nbytes)}, order kept {bool(order.all())}: "
               f"{'ok' if ok else 'FAIL'}")  # fmt: skip
@@ -343,36 +337,16 @@ def check_decode() -> int:
     return fails
 
 
-@triton.jit
-def _ticket_kernel(arrivals, order, seen):
-    row, split = single.place(arrivals, True)
-    tl.store(order + row * tl.num_programs(1) + split, tl.atomic_add(seen, 1))
-
-
-def check_tickets() -> int:
-    """Tickets hand out each split column's rows in order (:mod:`.single`, Progress): the
-    ``i``-th program of column ``s`` to start works on row ``i``, every (row, split) once,
-    and the counters are 0 afterwards."""
-    arrivals, seen = torch.zeros(3, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
-    order = torch.full((7, 3), -1, dtype=torch.int32)
-    _ticket_kernel[(7, 3)](arrivals, order, seen)
-    ok = sorted(order.flatten().tolist()) == list(range(21)) and not arrivals.any()
-    ok = ok and all(bool((order[1:, s] > order[:-1, s]).all()) for s in range(3))
-    print(f"tickets in row order per column, counters reset: {'ok' if ok else 'FAIL'}")
-    return not ok
-
-
 def main() -> int:
     """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
     ``--only=OP[,OP]``: those operations alone (greedy, sample, sample_k, logprobs, minp,
     topp, topk_f, rowk, rowkp). ``--single``: the world-1 one-launch runs alone."""
     if "--single" in sys.argv:
-        fails = check_tickets()
-        fails += run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
-        fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, True, ticket=True)
+        fails = run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
+        fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, single=True)
         print("FAILURES:", fails)
         return 1 if fails else 0
-    fails = check_decode() + check_tickets()
+    fails = check_decode()
     if "--tp8" in sys.argv:
         fails += run(8, 18944, 8, random.randrange(2**31))
     for world, n, m, dtype in (
@@ -387,7 +361,6 @@ def main() -> int:
         fails += run(world, n, m, random.randrange(2**31), dtype)
     for n, m, dtype in ((300, 5, torch.bfloat16), (9000, 6, torch.float16)):
         fails += run(1, n, m, random.randrange(2**31), dtype, single=True)
-    fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, True, ticket=True)
     # One program per row for the idle writers (topk_overflow, again_local), so each
     # serves several splits in turn, as at M > 32 on GPUs: row 7 reaches top-p's round
     # 2 and rows 0 and 4 overflow top-k's slots.

@@ -296,10 +296,10 @@ def _tie_boundaries(full: torch.Tensor) -> tuple[int, ...]:
 
 def _check_threshold(sampler, full: torch.Tensor, shard: torch.Tensor, where: str) -> None:
     """The radix select's k-th largest equals topk's, for k at tie boundaries."""
-    from logits_gather.sampling.exact import select
+    from logits_gather.sampling.exact import filters as select
 
     m = shard.shape[0]
-    ex = sampler.exchange_for(select.WIDTH, m)
+    ex = sampler.exchange_for(select.RADIX_WIDTH, m)
     xf, ff = shard.float(), full.float()
     ok = ~ff.isnan().any(1)
     for k in _tie_boundaries(full) + (1, V):
@@ -410,41 +410,37 @@ def test_positions_key_the_noise() -> None:
     assert len(set(moved.tolist())) > 40  # one seed, many positions: spread over the row
 
 
-def test_fused_path_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fused path serves up to MAX_WORLD ranks unless LOGITS_GATHER_SAMPLING_FUSED says
-    otherwise (1: any tp, 0: never), and says why when it is off."""
-    from logits_gather.sampling.fused import policy as fused
+def test_torch_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LOGITS_GATHER_SAMPLING_TORCH: 1 forces the torch-ops path, 0 or unset leaves the
+    fused path on; any other value is a problem (raised on every rank at construction)."""
+    from logits_gather.sampling.fused import policy
 
-    monkeypatch.delenv(fused.FUSED_ENV, raising=False)
-    assert fused.policy_problem(2) is None
-    assert fused.policy_problem(fused.MAX_WORLD) is None
-    assert "8 ranks > 4" in fused.policy_problem(8)
-    monkeypatch.setenv(fused.FUSED_ENV, "1")
-    assert fused.policy_problem(8) is None
-    monkeypatch.setenv(fused.FUSED_ENV, "0")
-    assert fused.policy_problem(2) == f"{fused.FUSED_ENV}=0"
+    monkeypatch.delenv(policy.TORCH_ENV, raising=False)
+    assert policy.torch_wanted() == (False, [])
+    monkeypatch.setenv(policy.TORCH_ENV, "0")
+    assert policy.torch_wanted() == (False, [])
+    monkeypatch.setenv(policy.TORCH_ENV, "1")
+    assert policy.torch_wanted() == (True, [])
+    monkeypatch.setenv(policy.TORCH_ENV, "yes")
+    assert policy.torch_wanted()[1] == [f"{policy.TORCH_ENV} must be 0 or 1 (or unset), got 'yes'"]
 
 
-def test_fused_topk_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fused top-k is on unless LOGITS_GATHER_SAMPLING_FUSED_TOPK=0; any other value is
-    a problem (raised on every rank by the construction's agreement)."""
-    from logits_gather.sampling.fused import policy as fastpath
+def _switch_differs(rank: int, world: int) -> str:
+    import os
 
-    monkeypatch.delenv(fastpath.TOPK_ENV, raising=False)
-    assert fastpath.topk_wanted() == (True, [])
-    monkeypatch.setenv(fastpath.TOPK_ENV, "1")
-    assert fastpath.topk_wanted() == (True, [])
-    monkeypatch.setenv(fastpath.TOPK_ENV, "0")
-    assert fastpath.topk_wanted() == (False, [])
-    monkeypatch.setenv(fastpath.TOPK_ENV, "yes")
-    on, problems = fastpath.topk_wanted()
-    assert not on and problems == [f"{fastpath.TOPK_ENV} must be 0 or 1 (or unset), got 'yes'"]
-    monkeypatch.delenv(fastpath.ROWS_ENV, raising=False)
-    assert fastpath.rows_wanted() == (True, [])  # per-row top_k: on unless 0
-    monkeypatch.setenv(fastpath.ROWS_ENV, "0")
-    assert fastpath.rows_wanted() == (False, [])
-    monkeypatch.setenv(fastpath.ROWS_ENV, "2")
-    assert fastpath.rows_wanted()[1] == [f"{fastpath.ROWS_ENV} must be 0 or 1 (or unset), got '2'"]
+    from logits_gather import sampling
+    from logits_gather.sampling.fused import policy
+
+    os.environ[policy.TORCH_ENV] = "1" if rank else "0"
+    with pytest.raises(ValueError, match=f"{policy.TORCH_ENV} differs between ranks") as info:
+        sampling.VocabParallelSampler(64, 4, device="cpu")
+    return str(info.value)
+
+
+def test_torch_switch_must_agree() -> None:
+    """A switch that differs between ranks raises the same error on every rank."""
+    results = run_ranks(_switch_differs, 2)
+    assert results[0] == results[1] and "rank 0=False, rank 1=True" in results[0]
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
@@ -472,7 +468,7 @@ def test_fused_launch_geometry(world: int, columns: int) -> None:
             assert 32 * plan.reduce <= max(32, geo.cand * plan.g)
             assert 32 * plan.final <= max(32, geo.cand * plan.kp)
             assert max(geo.warps, plan.probe, plan.reduce, plan.final) <= 8
-            # One launch per round (single_filters): the writer's lanes, and never more
+            # One launch per round (single.py): the writer's lanes, and never more
             # threads than the row work's elements; 0 means two launches.
             assert plan.probe_one == 0 or 2 * (1 + plan.g) <= 32 * plan.probe_one
             assert 32 * plan.probe_one <= max(32, geo.cand * plan.g)

@@ -96,7 +96,7 @@ class _WithPtx:
 
 
 def test_poll_check_tells_warp_local_exits_apart() -> None:
-    from logits_gather.sampling.fused.polls import check, warp_local_polls
+    from tests.sampling_polls import check, warp_local_polls
 
     assert warp_local_polls(WARP_LOCAL) == ["$L__BB0_3"]
     assert warp_local_polls(BLOCK_WIDE) == []
@@ -106,26 +106,6 @@ def test_poll_check_tells_warp_local_exits_apart() -> None:
     check(_WithPtx(WARP_LOCAL), "greedy_final", 1)  # one warp: its test is the CTA's
     check(_WithPtx(BLOCK_WIDE), "nucleus_final", 8)
     check(object(), "nucleus_final", 8)  # no PTX (the interpreter): nothing to check
-
-
-def test_launcher_raises_for_a_warp_local_poll() -> None:
-    """The first launch of a compiled kernel whose poll one warp can leave alone raises
-    (its result could be wrong); a block-wide one launches and is cached."""
-    from logits_gather.sampling.fused.launcher import Launcher
-
-    class Kernel:
-        __name__ = "nucleus_final"
-
-        def __init__(self, ptx: str) -> None:
-            self.compiled = _WithPtx(ptx)
-
-        def __getitem__(self, grid):
-            return lambda *args, num_warps, **consts: self.compiled
-
-    with pytest.raises(RuntimeError, match="one warp decides alone"):
-        Launcher(None)(Kernel(WARP_LOCAL), (4, 1), (0,), {}, 8)
-    Launcher(None)(Kernel(WARP_LOCAL), (4, 1), (0,), {}, 1)
-    Launcher(None)(Kernel(BLOCK_WIDE), (4, 1), (0,), {}, 8)
 
 
 def test_sharing_barrier_warns_once_about_lazy_loading(
@@ -326,13 +306,14 @@ def test_row_parameters_reach_the_kernels_contiguous() -> None:
         checks.top_p(torch.tensor([0.5, 1.00000001], dtype=torch.float64), 2, cpu)  # fp32: 1.0
 
 
-def test_one_launch_takes_tickets_above_ticket_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One-launch calls of more than ``ticket_rows`` rows take work by ticket
-    (single.py, Progress), up to ``single_rows`` rows; the bound launches are kept apart
-    by that choice and by the free tensors' dtypes."""
+def test_one_launch_binds_per_specialisation() -> None:
+    """Eager calls of at most ``single_rows`` rows take one launch per round; after the
+    first launch of a specialisation the bound launch serves (whatever ``M``), and a free
+    tensor of another dtype compiles anew. Needs Triton (the rounds import the kernels)."""
+    pytest.importorskip("triton")
     from types import SimpleNamespace
 
-    from logits_gather.sampling.fused import one_launch
+    from logits_gather.sampling.fused.rounds import Rounds
 
     launched: list = []
     box = SimpleNamespace(plans={}, check=lambda: None, peers=0, data=0, epoch=0, arrivals=0,
@@ -340,11 +321,11 @@ def test_one_launch_takes_tickets_above_ticket_rows(monkeypatch: pytest.MonkeyPa
     geo = SimpleNamespace(block=4096, warps=8, splits=2, cand=8)
     f = SimpleNamespace(box=lambda words, rows: box, words=lambda op, room: 2, rank=0, world=2,
                         geometry=lambda op, room: geo, columns=8192, col0=0, trap=False,
-                        single_rows=100, ticket_rows=10, single_in_graphs=False)  # fmt: skip
+                        single_rows=100, single_in_graphs=False)  # fmt: skip
 
     class _Launch:
         def __call__(self, fn, grid, args, consts, warps):
-            launched.append((grid, consts["TICKET"]))
+            launched.append(grid)
 
         def bind(self, *args):
             return object()
@@ -355,13 +336,11 @@ def test_one_launch_takes_tickets_above_ticket_rows(monkeypatch: pytest.MonkeyPa
 
     f.launch = _Launch()
     fn = object()
-    for m in (4, 10, 11, 100):
+    for m in (4, 10, 100):
         shard = torch.zeros(m, 8192)
-        assert one_launch.wanted(f, shard)
-        one_launch.launch(f, fn, shard, "greedy", (torch.zeros(1),), (), {})
-    assert not one_launch.wanted(f, torch.zeros(101, 8192))
-    grids = [g for g in launched if g[0] != "bound"]
-    assert [t for _, t in grids] == [False, True]  # 4 and 11 compile; 10 and 100 bound
-    assert launched[1] == ("bound", 10) and launched[3] == ("bound", 100)
-    one_launch.launch(f, fn, torch.zeros(4, 8192), "greedy", (torch.zeros(1).double(),), (), {})
-    assert launched[-1][1] is False and launched[-1][0] != "bound"  # another dtype: compiled
+        assert Rounds.one_wanted(f, shard)
+        Rounds.one(f, fn, shard, "greedy", (torch.zeros(1),), (), {})
+    assert not Rounds.one_wanted(f, torch.zeros(101, 8192))
+    assert launched == [(4, 2), ("bound", 10), ("bound", 100)]
+    Rounds.one(f, fn, torch.zeros(4, 8192), "greedy", (torch.zeros(1).double(),), (), {})
+    assert launched[-1] == (4, 2)  # another dtype: compiled

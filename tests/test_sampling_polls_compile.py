@@ -28,7 +28,7 @@ POLLERS = ("nucleus_final", "again_final", "topk_reduce", "topk_final", "logprob
 def test_multi_warp_polls_exit_together(which: str) -> None:
     from triton.compiler import ASTSource, compile
 
-    from logits_gather.sampling.fused.polls import warp_local_polls
+    from tests.sampling_polls import warp_local_polls
 
     check = _check()
     seen = 0

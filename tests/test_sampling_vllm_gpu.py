@@ -54,7 +54,7 @@ def _vllm_tokens(logits, temp, seeds, pos, mp=None) -> torch.Tensor:
 def test_scores_equal_vllm_bits() -> None:
     import triton
 
-    from logits_gather.sampling.kernels import elementwise
+    from tests import sampling_kernels
 
     _vllm()
     from tests.vllm_scores import scores
@@ -73,7 +73,7 @@ def test_scores_equal_vllm_bits() -> None:
         want = scores(x, t, seed, pos)
         got = torch.full_like(want, float("nan"))
         rows = torch.stack((seed, pos), 1)
-        elementwise.noise_kernel[grid](rows, t, x, got, V, BLOCK=block)
+        sampling_kernels.noise_kernel[grid](rows, t, x, got, V, BLOCK=block)
         diff = got.view(torch.int32) != want.view(torch.int32)
         assert int(diff.sum()) == 0, (
             f"{dtype}: {int(diff.sum())} of {got.numel()} differ, first at "

@@ -2,11 +2,10 @@
 
 Each rank holds ``shard`` ``[M, N]``: columns ``rank * N .. rank * N + N - 1`` of
 the ``[M, W * N]`` logits. Each operation reduces its shard locally, exchanges a
-few values per row and merges them identically on every rank. On GPUs the fused
-kernels exchange through symmetric-memory mailboxes inside the kernels
-(:mod:`.ll`); elsewhere, and for the filters they do not cover, small
-:class:`~logits_gather.LogitsGather` all-gathers (the torch.distributed fallback
-off GPUs) carry the values.
+few values per row and merges them identically on every rank: on GPUs inside the
+fused Triton kernels, through symmetric-memory mailboxes (:mod:`.fused`,
+:mod:`.kernels`); elsewhere, and for rows the kernels cannot decide, through small
+:class:`~logits_gather.LogitsGather` all-gathers (:mod:`.exact`).
 
 - :func:`greedy` equals ``torch.argmax`` of the gathered logits (ties: lowest
   id; NaN: the first NaN).
@@ -14,8 +13,7 @@ off GPUs) carry the values.
   bit at every tp: vLLM's V2 sampling (Gumbel-max with murmur3 noise keyed by
   ``(seed[i], positions[i], global token id)``, ``x / T``, min-p), then an exact
   top-k and top-p of our own, each a scalar or per row (the definition and every
-  tie rule: :mod:`.reference`). Every call takes the exact torch-ops path
-  (:mod:`.filters`, :mod:`.route`).
+  tie rule: :mod:`.reference`; which path serves which call: :mod:`.sampler`).
 - :func:`logprobs` is within ``1e-6 * (1 + |ref|)`` of the exact log_softmax and
   within ``2e-5 * (1 + |ref|)`` of ``torch.log_softmax(gathered.float(), 1)``.
 
@@ -24,9 +22,7 @@ The module functions use a :class:`VocabParallelSampler` cached per
 new ``top_k``/``top_n`` build mailboxes or exchanges collectively: every rank must
 make the same calls with the same ``M``, ``top_k`` and ``top_n``. For CUDA graphs,
 build a :class:`VocabParallelSampler` yourself and run each variant once before
-capture. Allocation per call: the outputs, a few ``[M]`` scratch vectors and, off
-the fused path, torch's temporaries, all from the caching allocator; mailboxes,
-payloads and exchange buffers are preallocated.
+capture.
 """
 
 from __future__ import annotations
@@ -36,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import checks, reference, route
+from . import checks, reference
 from .exact import exchange
 from .sampler import MAX_CANDIDATES, Logprobs, VocabParallelSampler
 
@@ -57,7 +53,10 @@ def cached_sampler(
 ) -> VocabParallelSampler:
     """The sampler the module functions use for ``shard``; collective when it is new."""
     _world(group)
-    m = checks.shard(shard)
+    return _cached(shard, group, checks.shard(shard))
+
+
+def _cached(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> VocabParallelSampler:
     key = (exchange.group_key(group), shard.device, shard.shape[1])
     sampler = _samplers.get(key)
     if sampler is None:
@@ -71,8 +70,7 @@ def cached_sampler(
 def greedy(shard: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Global argmax ``[M]`` of the gathered logits; see :meth:`VocabParallelSampler.greedy`."""
     _world(group)
-    checks.shard(shard)
-    return cached_sampler(shard, group).greedy(shard)
+    return _cached(shard, group, checks.shard(shard)).greedy(shard)
 
 
 def sample(
@@ -96,9 +94,9 @@ def sample(
     k = checks.top_k(top_k, m, vocab, dev)
     p = checks.top_p(top_p, m, dev)
     mp = checks.min_p(min_p, m, dev)
-    sampler = cached_sampler(shard, group)
+    sampler = _cached(shard, group, m)
     sampler.rows(shard)
-    return route.sample(sampler, shard, t, seeds, pos, k, p, mp)
+    return sampler.sample_rows(shard, t, seeds, pos, k, p, mp)
 
 
 def logprobs(
@@ -113,7 +111,7 @@ def logprobs(
     vocab = _world(group) * shard.shape[1]
     ids = checks.token_ids(token_ids, m, vocab, shard.device, True)
     n = checks.top_n(top_n, vocab)
-    sampler = cached_sampler(shard, group)
+    sampler = _cached(shard, group, m)
     sampler.rows(shard)
     return sampler.logprobs_rows(shard, ids, n)
 

@@ -1,4 +1,25 @@
-"""VocabParallelSampler: greedy, sample and logprobs on vocab shards, exchanging a few values."""
+"""VocabParallelSampler: greedy, sample and logprobs on vocab shards, and which path
+serves each call.
+
+Without the fused kernels (no Triton, CPU, ``fused=False`` or
+``LOGITS_GATHER_SAMPLING_TORCH=1``) every call takes the torch-ops path
+(:mod:`.exact`). On the fused path (:mod:`.fused`), ``sample`` routes by its filters,
+after dropping those that are off (``top_k`` 0 or >= V, ``top_p >= 1``, ``min_p <= 0``
+as scalars):
+
+| filters | path |
+|---|---|
+| none | :meth:`.rounds.Rounds.sample` |
+| ``min_p`` alone | :meth:`.rounds.Rounds.sample_minp` |
+| an int ``top_k <= 64`` (and ``top_p``, ``min_p``) | :meth:`.filtered.Fused.sample_topk` |
+| a per-row ``top_k`` tensor (and the others) | :func:`.fallback.sample_rows_k` |
+| ``top_p`` (and ``min_p``) | :func:`.fallback.sample` |
+| an int ``top_k`` in 65..V-1 | :func:`.filters.sample` (exact) |
+
+The last two rows' fused kernels fall back to the exact path for rows their
+candidates cannot decide (:mod:`.fallback`); under CUDA graph capture those calls take
+the exact path alone.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +30,10 @@ import torch
 import torch.distributed as dist
 
 from ..checks import resolve_device, resolve_options
-from . import checks, route
-from .exact import exchange, ops
+from . import checks
+from .exact import exchange, filters, ops
 from .exact.filters import MAX_CANDIDATES
-from .fused import mailbox, policy
+from .fused import fallback, mailbox, policy
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +62,10 @@ class VocabParallelSampler:
     value checks (one host sync per call; they are also skipped during capture).
 
     On CUDA with Triton, when every rank's GPU can map its peers' memory (as
-    :class:`~logits_gather.LogitsGather`'s kernel needs), greedy, sample (no
-    filter, ``min_p`` alone, or ``top_p`` with or without ``min_p``: :mod:`.fallback`) and
-    logprobs run fused
-    (:mod:`.rounds`: two Triton kernels that exchange through symmetric memory, one for
-    eager greedy, sample and logprobs, and one per round of min-p and top-k:
-    :mod:`.single`);
-    ``fused=False`` forces the torch-ops path (the one CPUs use); by default the fused
-    path serves at most 4 ranks (``LOGITS_GATHER_SAMPLING_FUSED``: ``1`` any tp, ``0``
-    never); an int ``top_k <= 64``, with or without ``top_p`` and ``min_p``
-    (:mod:`.topk`), joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK=0``; a per-row
-    ``top_k`` tensor joins it unless ``LOGITS_GATHER_SAMPLING_FUSED_TOPK_ROWS=0``
-    (:data:`.policy.ROWS_ENV`; both the same on every rank). ``timeout_s`` and
+    :class:`~logits_gather.LogitsGather`'s kernel needs) and the group has at most 4
+    ranks, calls run on the fused kernels (the module docstring says which call takes
+    which sequence); ``fused=False``, or ``LOGITS_GATHER_SAMPLING_TORCH=1`` in every rank's
+    environment, forces the torch-ops path (the one CPUs use). ``timeout_s`` and
     ``on_timeout`` bound the fused kernels' waits for peers as in ``LogitsGather``
     (defaults from ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see
     :meth:`check`.
@@ -92,7 +105,6 @@ class VocabParallelSampler:
         self._backend = backend
         self.grow = False
         start = self.rank * columns
-        self._offsets = torch.arange(self.world_size, device=device).mul_(columns)[:, None]
         self.ids = torch.arange(start, start + columns, dtype=torch.int64, device=device)
         """This rank's global token ids (int64 ``[columns]``), the noise's counters."""
         self._low = torch.arange(start, start + columns, dtype=torch.int64, device=device)
@@ -101,12 +113,10 @@ class VocabParallelSampler:
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
         self.timeout_s, self.on_timeout = timeout_s, on_timeout
         self.fused = None
-        self.fused_topk = self.fused_rows = False
-        self.fallback_warm: set[str] = set()  # kinds whose fallback ran once (topp.py)
-        self.topp_if = None  # top-p's IF-node builder (topp.py): None unknown, False none
-        self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (topp.filled)
+        self.fallback_warm: set[str] = set()  # kinds whose fallback ran once (fallback.py)
+        self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (fallback.filled)
         if fused and backend != "torch.distributed":
-            self.fused, self.fused_topk, self.fused_rows = policy.decide(self, on_timeout == "trap")
+            self.fused = policy.decide(self, on_timeout == "trap")
         if self.fused is None:
             for width in (ops.GREEDY_WIDTH, ops.BEST_WIDTH):
                 self.exchange_for(width, capacity)
@@ -120,6 +130,7 @@ class VocabParallelSampler:
         return self.exchange_for(ops.GREEDY_WIDTH, 1).backend
 
     def box(self, words: int, rows: int) -> mailbox.Mailbox:
+        """The fused kernels' mailbox of ``words`` words per rank for ``rows`` rows."""
         return self._boxes.get(words, rows, self.capacity)
 
     def check(self) -> None:
@@ -132,31 +143,22 @@ class VocabParallelSampler:
             ex.gather.check(synchronize=False)
 
     def exchange_for(self, width: int, rows: int) -> exchange.Exchange:
+        """The torch-ops path's exchange of ``width`` fp32 words for ``rows`` rows."""
         ex = self._exchanges.get(width)
         if ex is None or ex.capacity < rows:
-            ex = exchange.get(
-                width,
-                rows,
-                self.group,
-                self.device,
-                self._backend,
-                capacity=max(rows, self.capacity),
-            )
+            cap = max(rows, self.capacity)
+            ex = exchange.get(width, rows, self.group, self.device, self._backend, capacity=cap)
             self._exchanges[width] = ex
         return ex
 
     def rows(self, shard: torch.Tensor) -> int:
-        m = checks.shard(
-            shard,
-            columns=self.columns,
-            device=self.device,
-            capacity=None if self.grow else self.capacity,
-        )
+        """``M`` of a checked ``shard`` (grows the capacity where the sampler may)."""
+        cap = None if self.grow else self.capacity
+        m = checks.shard(shard, columns=self.columns, device=self.device, capacity=cap)
         if m > self.capacity:  # only when growing: double, so growth stays rare
             self.capacity = max(1 << (m - 1).bit_length(), 2 * self.capacity)
         return m
 
-    # -- greedy ---------------------------------------------------------------------------
     def greedy(self, shard: torch.Tensor) -> torch.Tensor:
         """Global argmax ``[M]`` (int64) of the gathered rows, exactly ``torch.argmax``:
         the lowest global id among equal maxima, the first NaN if a row has one."""
@@ -167,7 +169,6 @@ class VocabParallelSampler:
         ops.pack_greedy(shard, ex.payload[:m])
         return ops.combine_greedy(ex.send(m), shard.dtype, self.columns)[0]
 
-    # -- sample ---------------------------------------------------------------------------
     def sample(
         self,
         shard: torch.Tensor,
@@ -197,9 +198,40 @@ class VocabParallelSampler:
         k = checks.top_k(top_k, m, self.vocab, dev, self.check_values)
         p = checks.top_p(top_p, m, dev, self.check_values)
         mp = checks.min_p(min_p, m, dev, self.check_values)
-        return route.sample(self, shard, t, seeds, pos, k, p, mp)
+        return self.sample_rows(shard, t, seeds, pos, k, p, mp)
 
-    # -- logprobs -------------------------------------------------------------------------
+    def sample_rows(self, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tensor,
+                    positions: torch.Tensor, k, p, mp) -> torch.Tensor:  # fmt: skip
+        """:meth:`sample` for checked arguments (``t`` fp32 ``[M, 1]``, ``seeds`` and
+        ``positions`` int64 ``[M]``; ``k`` an int or int64 ``[M]``, ``p`` and ``mp`` floats
+        or ``[M]`` tensors, or None), routed as the module docstring's table says. The
+        fused kernels read seed and position from one int64 ``[M, 2]`` tensor."""
+        m, fused = shard.shape[0], self.fused
+        if isinstance(k, int) and not 0 < k < self.vocab:
+            k = None
+        if isinstance(p, float) and p >= 1.0:
+            p = None
+        if isinstance(mp, float) and mp <= 0.0:
+            mp = None
+        if fused is not None and not (isinstance(k, int) and k > MAX_CANDIDATES):
+            rows = torch.stack((seeds, positions), 1)
+            if k is None and p is None and mp is None:
+                return fused.sample(shard, t.view(m), rows)
+            if isinstance(k, int):  # top-k, then min-p and/or top-p over the exact top-k set
+                _, _, pv, mpv = fallback.filter_rows(self, p, mp, m)
+                return fused.sample_topk(shard, t.view(m), rows, k, pv, mpv)
+            draw = (seeds, positions, rows)
+            if k is not None:
+                return fallback.sample_rows_k(self, shard, t, draw, k, p, mp)
+            if p is not None:  # top-p (+ min-p)
+                return fallback.sample(self, shard, t, draw, p, mp)
+            mpv = fallback.filled(self, mp, m, torch.float32).view(m)  # min-p alone
+            return fused.sample_minp(shard, t.view(m), rows, mpv)
+        mp = fallback.rows(mp, m, torch.float32, self.device)
+        k = fallback.rows(k, m, torch.int64, self.device)
+        p = fallback.rows(p, m, torch.float64, self.device)
+        return filters.sample(self, shard, t, seeds, positions, k, p, mp)
+
     def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor, *, top_n: int = 0) -> Logprobs:
         """log_softmax of the gathered fp32 rows at ``token_ids`` (global ids), plus the
         ``top_n`` (0..20) most likely tokens; see :class:`Logprobs`.

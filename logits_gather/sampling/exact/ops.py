@@ -8,7 +8,6 @@ whole vocabulary. Payload columns (fp32 units; int64 fields take two):
 ==========  ============================================================
 greedy      0: row max in the shard's dtype, 2-3: its local index (int64)
 best        0-3 greedy, 4: best fp32 score, 6-7: its local index (int64)
-candidates  0-3 greedy, then ``room >= k`` values, scores, indices (int64)
 logprobs    0: max, 1: sum exp(x - max), 2: token logit, 4..: top-n keys (int64)
 ==========  ============================================================
 
@@ -37,10 +36,6 @@ def slots(count: int, cap: int) -> int:
     setup and a kernel compile); unused slots hold padding that never wins.
     """
     return min(1 << max(count - 1, 0).bit_length(), cap) if count else 0
-
-
-def candidates_width(room: int) -> int:
-    return GREEDY_WIDTH + 4 * room
 
 
 def logprobs_width(room: int) -> int:
@@ -83,55 +78,6 @@ def pack_best(scores: torch.Tensor, payload: torch.Tensor) -> None:
 
 def combine_best(g: torch.Tensor, columns: int) -> torch.Tensor:
     return _pick(g[..., 4], _i64(g)[..., 3], columns)
-
-
-def _candidate_fields(p: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
-    w = GREEDY_WIDTH
-    return p[..., w : w + k], p[..., w + k : w + 2 * k], _i64(p)[..., w // 2 + k : w // 2 + 2 * k]
-
-
-def pack_candidates(
-    xf: torch.Tensor, scores: torch.Tensor, k: int, room: int, payload: torch.Tensor
-) -> None:
-    """The shard's part of the top-k sample: ``room`` (value, score, index) slots.
-
-    Sends the ``k`` largest logits with their scores and indices. Every logit
-    above the shard's k-th largest ``t`` is among them, but logits equal to
-    ``t`` may be more than were sent; so each sent entry equal to ``t`` carries
-    the best score (lowest index among equals) of all the shard's logits equal
-    to ``t`` instead of its own. Shards narrower than ``k`` send everything.
-    Slots left over (``room >= k``, see :func:`slots`) hold ``-inf`` values and
-    scores and index ``BIG``, which never win.
-    """
-    kk = min(k, xf.shape[1])
-    values, sc, index = _candidate_fields(payload, room)
-    if kk < room:
-        values[:, kk:].fill_(NEG_INF)
-        sc[:, kk:].fill_(NEG_INF)
-        index[:, kk:].fill_(BIG)
-        values, sc, index = values[:, :kk], sc[:, :kk], index[:, :kk]
-    top = torch.topk(xf, kk, 1)  # not out=: the two payload views differ in strides
-    values.copy_(top.values)
-    index.copy_(top.indices)
-    t = values[:, kk - 1 :]
-    torch.gather(scores, 1, index, out=sc)
-    tie_score, tie_index = torch.where(xf == t, scores, NEG_INF).max(1, keepdim=True)
-    at_t = values == t
-    sc.copy_(torch.where(at_t, tie_score, sc))
-    index.copy_(torch.where(at_t, tie_index, index))
-
-
-def combine_candidates(g: torch.Tensor, k: int, room: int, offsets: torch.Tensor) -> torch.Tensor:
-    """Global k-th largest ``t`` of the sent logits, then the best score among
-    logits ``>= t`` (lowest global index on equal scores)."""
-    m, w, _ = g.shape
-    values, sc, index = _candidate_fields(g, room)
-    values, sc = values.reshape(m, w * room), sc.reshape(m, w * room)
-    index = (index + offsets).reshape(m, w * room)
-    t = values.topk(k, 1).values[:, k - 1 :]
-    keep = values >= t
-    best = sc.masked_fill(~keep, NEG_INF).amax(1, keepdim=True)
-    return index.masked_fill(~(keep & (sc == best)), BIG).amin(1)
 
 
 def sort_keys(xf: torch.Tensor, low: torch.Tensor) -> torch.Tensor:

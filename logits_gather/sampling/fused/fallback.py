@@ -1,5 +1,5 @@
 """Fused sampling calls that may need the exact fallback (top-p; a per-row top-k), and
-that fallback, in eager mode and in CUDA graphs.
+that fallback.
 
 The fused kernels decide a row's nucleus from per-split candidates when they can
 (:mod:`.nucleus`), else from every element at or above a level that round proves to
@@ -12,17 +12,11 @@ the flag too when some row has ``64 < k < V`` without top-p (the fused top-k can
 serve it), or with top-p when the candidates cannot decide a row's top-k set
 (:mod:`.rowk`).
 
-- Eager: one host sync per call reads the flag (the fused kernels' result is needed
-  to know whether the fallback runs).
-- CUDA graph capture: the fallback is captured into a conditional (IF) node on the
-  flag, so replays run it only when needed, without a host sync (:mod:`.conditional`,
-  through the driver API: torch 2.11's ``CUDAGraph`` has no IF nodes; CUDA >= 12.4).
-  Without them, the fallback is captured unconditionally (exact, about 1.4 ms per
-  replay at M=64; logged once).
-- Top-p's path (without top-k, or with a per-row one) also skips its round 2 when round
-  1 decided every row (a second flag, ``more``): eagerly, the same one host sync reads
-  both flags (a call that runs round 2 reads ``need`` again after it); under capture,
-  round 2 and the fallback's IF node sit inside an IF node on ``more``.
+- Eager: one host sync per call reads the flags (``need``; and for top-p ``more``, some
+  row is left to round 2, which is skipped otherwise).
+- CUDA graph capture: these calls take the exact torch-ops path alone (capturable, no
+  host sync, exact, but far slower than the fused kernels; logged once). A graph cannot
+  branch on the flag without conditional nodes, which torch's ``CUDAGraph`` lacks.
 
 A sampler's first eager call of each kind runs the fallback whatever the flag says, so its
 kernels are compiled and loaded before a capture needs them (every eager call builds
@@ -37,28 +31,29 @@ from typing import Any
 
 import torch
 
-from ..exact import exchange, filters, ops, select
-from . import conditional
+from ..exact import exchange, filters, ops
 
 log = logging.getLogger(__name__)
 _warned: list[bool] = []
 
 
 def _prepare(sampler: Any, m: int) -> None:
-    """Builds the fallback's exchanges (collective: every rank makes the same calls) and,
-    once, this rank's IF-node builder (outside any capture: it compiles a kernel)."""
-    for width in (ops.GREEDY_WIDTH, select.WIDTH, ops.BEST_WIDTH):
+    """Builds the fallback's exchanges (collective: every rank makes the same calls)."""
+    for width in (ops.GREEDY_WIDTH, filters.RADIX_WIDTH, ops.BEST_WIDTH):
         sampler.exchange_for(width, m)
-    if sampler.topp_if is None:
-        why = conditional.Conditional.problem(sampler.device)
-        if why is None:
-            try:
-                sampler.topp_if = conditional.Conditional(sampler.device)
-            except Exception as exc:  # noqa: BLE001 - graphs then run the fallback always
-                why = f"{type(exc).__name__}: {exc}"
-        if why is not None:
-            sampler.topp_if = False
-            log.info("logits_gather.sampling: no CUDA graph IF nodes for top-p: %s", why)
+
+
+def _captured(kind: str, sampler: Any, call: tuple) -> torch.Tensor:
+    """A call of ``kind`` under CUDA graph capture: the exact torch-ops path alone."""
+    if not _warned:
+        _warned.append(True)
+        log.warning(
+            "logits_gather.sampling: %s under CUDA graph capture takes the exact torch-ops "
+            "path (exact, but far slower than the fused kernels): graphs cannot skip the "
+            "fallback; greedy, temperature, min-p and an int top_k <= 64 stay fused",
+            kind,
+        )
+    return filters.sample(sampler, *call)
 
 
 def rows(value: Any, m: int, dtype: torch.dtype, dev: torch.device) -> Any:
@@ -120,8 +115,10 @@ def sample(
     ``mp`` None, a float > 0 or fp32 ``[M, 1]``."""
     m = shard.shape[0]
     p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
-    out, flags, second = sampler.fused.topp_rounds(shard, t.view(m), draw[2], pv, mpv)
     call = (shard, t, draw[0], draw[1], None, p, mp)
+    if exchange.capturing(sampler.device):
+        return _captured("top_p", sampler, call)
+    out, flags, second = sampler.fused.topp_rounds(shard, t.view(m), draw[2], pv, mpv)
     return _finish(sampler, "top_p", call, out, flags, second)
 
 
@@ -145,6 +142,8 @@ def sample_rows_k(
     p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
     kv = k.view(m)  # contiguous: checks.top_k
     call = (shard, t, draw[0], draw[1], k, p, mp)
+    if exchange.capturing(sampler.device):
+        return _captured("a per-row top_k", sampler, call)
     if pv is None:
         need = torch.empty(1, dtype=torch.bool, device=sampler.device)  # set by rowk_local
         out = fused.sample_topk(shard, t.view(m), draw[2], kv, None, mpv, need)
@@ -162,51 +161,28 @@ def _finish(
     second: Callable[[], None] | None = None,
 ) -> torch.Tensor:
     """``out``, recomputed by the exact fallback (``filters.sample(sampler, *call)``) when
-    ``need`` (bool ``[1]``): eagerly after reading the flag (and on a sampler's first
-    call of each ``kind``), in an IF node under capture. With ``second`` (top-p's round
-    2, :func:`.filtered.topp_rounds`), ``need`` is bool ``[2]``: ``need``, then
-    ``more``, and round 2 runs only when ``more``: eagerly after one read of both flags,
-    or in an IF node around it and the fallback's IF node."""
-    m, dev = call[0].shape[0], sampler.device
+    ``need`` (bool ``[1]``) says so, and on a sampler's first eager call of each ``kind``.
+    With ``second`` (top-p's round 2, :func:`.filtered.topp_rounds`), ``need`` is bool
+    ``[2]``: ``need``, then ``more``, and round 2 runs only when ``more`` (one host sync
+    reads both flags)."""
     flag = need[:1]
 
     def fallback() -> None:
         out.copy_(filters.sample(sampler, *call))
 
-    def rest() -> None:  # under capture: round 2, then the fallback if still needed
-        second()
-        sampler.topp_if.capture_if(flag, fallback)
-
-    if not exchange.capturing(dev):
-        _prepare(sampler, m)
-        if kind not in sampler.fallback_warm:  # compiles and loads everything once
-            sampler.fallback_warm.add(kind)
-            if second is not None:
-                second()
-            fallback()
-        elif second is None:
-            if bool(flag.item()):
-                fallback()
-        elif need.tolist()[1]:  # one host sync for both flags
+    _prepare(sampler, call[0].shape[0])
+    if kind not in sampler.fallback_warm:  # compiles and loads everything once
+        sampler.fallback_warm.add(kind)
+        if second is not None:
             second()
-            if bool(flag.item()):
-                fallback()
-        return out
-    if sampler.topp_if:
-        if second is None:
-            sampler.topp_if.capture_if(flag, fallback)
-        else:
-            sampler.topp_if.capture_if(need[1:], rest)
-        return out
-    if not _warned:
-        _warned.append(True)
-        log.warning(
-            "logits_gather.sampling: %s under a CUDA graph capture without "
-            "conditional nodes (see the log at INFO, or no eager call before the "
-            "capture): the exact fallback runs every replay",
-            kind,
-        )
-    fallback()  # recomputes every row: round 2 is not needed
+        fallback()
+    elif second is None:
+        if bool(flag.item()):
+            fallback()
+    elif need.tolist()[1]:  # one host sync for both flags
+        second()
+        if bool(flag.item()):
+            fallback()
     return out
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 
 from ..exact.filters import MAX_CANDIDATES
-from ..kernels import finals, nucleus, overflow, rowk, single_filters, spill, topk, writers
+from ..kernels import finals, nucleus, overflow, rowk, single, spill, topk, writers
 from . import geometry
 from .geometry import FINAL_WARPS, idle_programs, pow2, select_warps, xbits
 from .rounds import Rounds
@@ -19,14 +19,6 @@ from .rounds import Rounds
 class Fused(Rounds):
     """A sampler's fused launches: :class:`.rounds.Rounds`' single-round operations, and
     the filters' sequences of rounds."""
-
-    def sample(
-        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, k: int | None = None
-    ) -> torch.Tensor:
-        """``t`` fp32 ``[M]``, ``seed`` int64 ``[M, 2]``; ``k`` None or 1..64 (fast top-k)."""
-        if k is not None:
-            return self.sample_topk(shard, t, seed, k, None, None)
-        return super().sample(shard, t, seed)
 
     def sample_topk(
         self,
@@ -48,18 +40,17 @@ class Fused(Rounds):
         Round 1: the largest x of G column groups per split (G * c >= k) bound the
         row's k-th from below; round 2: each split sends every element at or above it,
         or (rare, a second writer) its k largest. Five launches; in eager calls three
-        (:mod:`.single_filters`: each round's waiting kernel joins its last writer; ranks
-        that share a GPU: up to ``single_rows`` rows)."""
+        (:mod:`.single`: each round's waiting kernel joins its last writer)."""
         per_row = isinstance(k, torch.Tensor)
         m, c, plan = shard.shape[0], self.wide.c, self.wide.topk(64 if per_row else k)
         g, kp = plan.g, plan.kp
         gbest, low = self.empty(shard), self.empty(shard, torch.int32)
         free, n = ((k,), ()) if per_row else ((), (k,))
-        one = self.one_wanted(shard)  # one launch per round (:mod:`.single_filters`)
+        one = self.one_wanted(shard)  # one launch per round (:mod:`.single`)
         warps = plan.probe_one if one else 0
         consts = {"G": g, "ROWK": per_row, "BITS": xbits(shard.dtype)}
         if warps:
-            fn = single_filters.probe_one
+            fn = single.probe_one
             self.one(fn, shard, "probe", (t, gbest, low, *free), (c,), consts, g, n, warps=warps)
         else:
             mb = self.local(writers.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
@@ -86,7 +77,7 @@ class Fused(Rounds):
         warps = plan.final_one if one else 0
         if warps:
             head = (t, seed, flags, pv, mpv, gbest, out, *free)
-            self.one(single_filters.topk_one, shard, "sample_k", head, (splits, c, vocab),
+            self.one(single.topk_one, shard, "sample_k", head, (splits, c, vocab),
                        over | filters, kp, n, programs, warps)  # fmt: skip
             return out
         self.local(overflow.topk_overflow, shard, (t, seed, flags), "sample_k", kp, (k, splits),

@@ -84,7 +84,7 @@ def select_warps(elements: int, most: int) -> int:
 
 
 def one_warps(writer: int, elements: int, least: int = 1) -> int:
-    """Warps of a one-launch kernel (:mod:`.single_filters`) whose writer runs ``writer``
+    """Warps of a one-launch kernel (:mod:`.single`) whose writer runs ``writer``
     warps and needs at least ``least``, and whose row work selects over ``elements``:
     never more threads than elements (:func:`select_warps`); 0 when no count suits both."""
     warps = min(writer, max(1, elements // 32))
@@ -125,7 +125,7 @@ class TopK(NamedTuple):
     ``reduce`` warps; round 2 has ``kp`` candidate slots per split and a final kernel of
     ``final`` warps (never more threads than the candidates they select from).
     ``probe_one`` and ``final_one``: warps of each round as one launch (the probe with
-    the reduce, the overflow writer with the final; :mod:`.single_filters`), 0 where
+    the reduce, the overflow writer with the final; :mod:`.single`), 0 where
     the round takes two."""
 
     g: int

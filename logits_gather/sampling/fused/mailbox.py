@@ -83,8 +83,7 @@ class Mailbox:
         self.data = data
         self.peers = torch.tensor(bases, dtype=torch.int64, device=device)
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
-        # single.py: a ticket counter per split column (at most `words`), then the rows' counts
-        self.arrivals = torch.zeros(words + capacity, dtype=torch.int32, device=device)
+        self.arrivals = torch.zeros(capacity, dtype=torch.int32, device=device)  # single.py
         self.plans: dict[tuple, object] = {}  # bound launches over this mailbox (fused.py)
         self.timeout_us = max(1, int(timeout_s * 1e6))
         self.trap = trap

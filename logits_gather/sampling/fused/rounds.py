@@ -5,11 +5,10 @@ local kernel's program ``(row, split)`` stores its words straight into every
 rank's mailbox; the final kernel waits for all ranks' words of its row and
 reduces them (word layouts: :mod:`.writers`; the exchange: :mod:`.ll`). min-p alone
 takes two rounds (the row maximum first). The filters' longer sequences (top-k with
-min-p and top-p; top-p) are in :mod:`.filtered`. In eager calls (of any M where
-each rank has a GPU of its own, of at most ``single_rows`` rows where ranks share one),
-a round's writer and waiting kernel are one launch instead (:mod:`.single`,
-:mod:`.single_filters`, :mod:`.one_launch`). Nothing here allocates but the outputs;
-no host sync.
+min-p and top-p; top-p) are in :mod:`.filtered`. In eager calls of at most
+``single_rows`` rows with one rank per GPU, a round's writer and waiting kernel are one
+launch instead (:mod:`.single`). Nothing here allocates but the
+outputs; no host sync.
 
 Each operation has one launch geometry (the same on every rank; its mailbox layout
 follows from it). The noise-heavy writers (sampling, min-p, the filter path's
@@ -27,8 +26,7 @@ from typing import Any
 
 import torch
 
-from ..kernels import elementwise, finals, logprob_writer, single, single_filters, writers
-from . import one_launch
+from ..kernels import finals, keys, logprob_writer, single, writers
 from .geometry import NARROW, NUCLEUS_LANES, WIDE, Geometry, room, xbits
 from .launcher import Launcher
 
@@ -37,11 +35,10 @@ class Rounds:
     """Launch geometries of one sampler (``columns`` per rank, ``world`` ranks) and its
     launches. ``box(words, rows)`` returns the mailbox for rows of ``words`` words per
     rank (collective when it has to build one); ``wait_ctas`` bounds the waiting
-    kernels' grids; ``index`` is the CUDA device the launches go to; ``barrier`` (ranks
-    that share a GPU) runs before each kernel variant's first launch (:class:`.Launcher`);
-    ``single_rows`` is the most rows a one-launch call may have, and above ``ticket_rows``
-    rows (default: ``single_rows``) its programs take their work by ticket
-    (:mod:`.single`, Progress)."""
+    kernels' grids (ranks that share a GPU); ``index`` is the CUDA device the launches go
+    to; ``barrier`` (ranks that share a GPU) runs before each kernel variant's first
+    launch (:class:`.Launcher`); eager calls of at most ``single_rows`` rows take one
+    launch per round (:mod:`.single`; 0: never)."""
 
     def __init__(
         self,
@@ -54,20 +51,13 @@ class Rounds:
         index: int | None = None,
         barrier: Callable[[], None] | None = None,
         single_rows: int = 0,
-        ticket_rows: int | None = None,
     ) -> None:
         self.single_rows = single_rows
-        """Eager greedy, sample and logprobs calls of at most this many rows run as one
-        launch (:mod:`.single`; 0: never)."""
-        self.ticket_rows = single_rows if ticket_rows is None else ticket_rows
-        """One-launch calls of more rows than this take their work by ticket, which needs
-        one rank per GPU (:mod:`.single`, Progress)."""
         self.single_in_graphs = False
         """Whether captured calls take one launch too. Off: on one H200 the device times
         are within about 1 us either way (greedy at M=64 8.9 us in one launch, 8.3 in two;
         logprobs with top_n=5 18.3 and 19.5), and in a replay the launches cost the host
-        nothing, while in eager calls the second launch's host cost is what made greedy
-        slower than gather + argmax."""
+        nothing."""
         self.columns, self.world, self.rank = columns, world, rank
         self.col0 = rank * columns
         self.wide = Geometry.of(columns, world, *WIDE)
@@ -133,12 +123,51 @@ class Rounds:
         return torch.empty(shard.shape[0], dtype=dtype, device=shard.device)
 
     def one_wanted(self, shard: torch.Tensor) -> bool:
-        """Whether a greedy, sample or logprobs call on a shard takes one launch."""
-        return one_launch.wanted(self, shard)
+        """Whether a round on ``shard`` takes one launch: at most ``single_rows`` rows, and
+        not under graph capture unless ``single_in_graphs``."""
+        if shard.shape[0] > self.single_rows:
+            return False
+        if self.single_in_graphs or not shard.is_cuda:  # not shard.is_cuda: the interpreter
+            return True
+        return not torch.cuda.is_current_stream_capturing()
 
-    def one(self, fn: Any, shard: torch.Tensor, op: str, *args: Any, **kw: Any) -> None:
-        """Launches an operation's one-launch kernel (:func:`.one_launch.launch`)."""
-        one_launch.launch(self, fn, shard, op, *args, **kw)
+    def one(
+        self, fn: Any, shard: torch.Tensor, op: str, free: tuple, tail: tuple, consts: dict,
+        room: int = 0, n: tuple = (), programs: int = 0, warps: int = 0,
+    ) -> None:  # fmt: skip
+        """Launches ``op``'s one-launch kernel ``fn`` (:mod:`.single`): arguments ``(x,
+        x_stride, *free, *n, mailbox..., *tail)``, ``free`` the call's tensors, ``n`` its
+        unspecialised ints; grid ``(M, programs)`` (default: one program per split) of
+        ``warps`` warps (default: the geometry's). After the first launch of a
+        specialisation the launch is bound (:meth:`.Launcher.bind`): one call of Triton's C
+        launcher with the call's few addresses. Bound launches are kept per mailbox (a new
+        mailbox has new addresses), under what Triton specialises in the free arguments."""
+        mb = self.box(self.words(op, room), shard.shape[0])
+        mb.check()
+        x = shard if shard.stride(1) == 1 else shard.contiguous()
+        xp, xs = x.data_ptr(), x.stride(0)
+        args = [xp, xs]
+        key = [id(fn), x.dtype, xp & 15, xs, programs, warps, *consts.values()]
+        for a in free:
+            p = a.data_ptr()
+            args.append(p)
+            key += (p & 15, a.dtype)
+        key = tuple(key)
+        plan = mb.plans.get(key)
+        if plan is not None and self.launch.fast(plan, x.shape[0], (*args, *n)):
+            return
+        geo = self.geometry(op, room)
+        own = self.rank * self.words(op, room)
+        args = (x, xs, *free, *n, mb.peers, mb.data, mb.epoch, mb.arrivals)
+        args += (mb.parity_stride, mb.row_elems, own, self.columns, self.col0, mb.status_ptr)
+        args += (mb.timeout_us, *tail)
+        warps, programs = warps or geo.warps, programs or geo.splits
+        consts = dict(consts, BLOCK=geo.block, WORLD=self.world, THREADS=32 * warps,
+                      CAND=geo.cand, TRAP=self.trap)  # fmt: skip
+        self.launch(fn, (x.shape[0], programs), args, consts, warps)
+        plan = self.launch.bind(fn, programs, args, consts, warps, 2 + len(free) + len(n))
+        if plan is not None:
+            mb.plans[key] = plan
 
     def greedy(self, shard: torch.Tensor, key: bool = False) -> torch.Tensor:
         """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
@@ -174,7 +203,7 @@ class Rounds:
         s = torch.empty(m, self.columns, dtype=torch.float32, device=shard.device)
         g = torch.empty_like(s)
         self.launch(
-            elementwise.scores_kernel,
+            keys.scores_kernel,
             (m, geo.splits),
             (x, x.stride(0), t, seed, s, g, self.columns, self.col0),
             {"BLOCK": geo.block},
@@ -191,7 +220,7 @@ class Rounds:
         out = self.empty(shard)
         if self.one_wanted(shard):
             free = (t, seed, min_p, gbest, out)
-            self.one(single_filters.minp_one, shard, "sample", free, (self.narrow.c,), {})
+            self.one(single.minp_one, shard, "sample", free, (self.narrow.c,), {})
             return out
         head = (t, seed, min_p, gbest)
         mb = self.local(writers.minp_local, shard, head, "sample", 0, (), {})

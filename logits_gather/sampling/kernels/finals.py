@@ -103,7 +103,7 @@ def reduce_row(
     CAND: tl.constexpr, G: tl.constexpr, ROWK: tl.constexpr, BITS: tl.constexpr,
     THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
-    """:func:`topk_reduce`'s work for one row (also :mod:`.single_filters`'s)."""
+    """:func:`topk_reduce`'s work for one row (also :mod:`.single`'s)."""
     c = tl.arange(0, CAND)
     ok = c < C
     ep, rowbox, gx = gathered(

@@ -68,7 +68,7 @@ def value(k):
 
 @triton.jit
 def index(k):
-    return LOW - (k & LOW)
+    return (k & LOW) ^ LOW  # = LOW - (k & LOW); a tensor first (Triton 3.8 interpreter)
 
 
 @triton.jit
@@ -188,6 +188,20 @@ def scores(x, d, h, gidx):
     """``(s, g)``: ``s = x / T`` (:func:`scale`) and the Gumbel score ``g = s + noise``."""
     s = scale(x, d)
     return s, s + noise(h, gidx)
+
+
+@triton.jit(do_not_specialize=["col0"])
+def scores_kernel(x_ptr, x_stride, t_ptr, seed_ptr, s_ptr, g_ptr, N, col0, BLOCK: tl.constexpr):
+    """The exact path's elementwise pass on a fused sampler: ``s = x / T`` and ``g = s +
+    noise`` (:func:`scores`), fp32 ``[M, N]`` contiguous outputs, global columns from
+    ``col0``: a row that falls back draws the fused kernels' bits."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    s, g = scores(x, divisor(tl.load(t_ptr + row)), row_key(seed_ptr, row), cols + col0)
+    tl.store(s_ptr + row * N + cols, s, mask=mask)
+    tl.store(g_ptr + row * N + cols, g, mask=mask)
 
 
 @triton.jit

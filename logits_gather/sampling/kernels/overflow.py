@@ -45,7 +45,7 @@ def overflow_write(
     N, col0, BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
     SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    """:func:`topk_overflow`'s work as program ``(row, p)`` (also :mod:`.single_filters`')."""
+    """:func:`topk_overflow`'s work as program ``(row, p)`` (also :mod:`.single`'s)."""
     ep, off = row_target(epoch, pstride, relems, row)
     j = tl.arange(0, SP)
     mine = (j < S) & (j % tl.num_programs(1) == p)

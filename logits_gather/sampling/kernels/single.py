@@ -8,16 +8,13 @@ greedy call, and on the device a launch gap.
 
 Arrival protocol
 ----------------
-Each mailbox has a private ``int32`` word array (``arrivals``), zero at rest: in a
-kernel of ``S`` programs per row, words ``0 .. S - 1`` are the split columns' ticket
-counters and word ``S + row`` is the row's arrival count (the array holds the
-mailbox's words per row, at least ``S``, plus its capacity).
+Each mailbox has a private ``int32`` count per row (``arrivals``), zero at rest.
 
-- A program stores its words (:mod:`.ll`), crosses a CTA barrier, and one thread adds 1
-  to its row's count (``atom.acq_rel.gpu``). The program that gets ``S - 1`` is the
-  row's last on this rank: it sets the count back to 0, waits for every rank's words as
-  the final kernel does (:func:`.ll.wait`), reduces them, writes the answer and stores
-  the row's epoch. The others end.
+- Program ``(row, split)`` stores its words (:mod:`.ll`), crosses a CTA barrier, and one
+  thread adds 1 to its row's count (``atom.acq_rel.gpu``). The program that gets
+  ``S - 1`` is the row's last on this rank: it sets the count back to 0, waits for every
+  rank's words as the final kernel does (:func:`.ll.wait`), reduces them, writes the
+  answer and stores the row's epoch. The others end.
 - The count only elects the reader: the words carry their own epoch, so it orders no
   data. It also orders the epoch: every program loaded the row's epoch before its
   arrival (release), and the reader stores it after its own (acquire), so no program of
@@ -25,36 +22,41 @@ mailbox's words per row, at least ``S``, plus its capacity).
   programs of the row have arrived, and the next kernel over this mailbox starts after
   this one ends (stream order), as the two-launch path relies on too.
 - Both paths share mailboxes, epochs and word layouts, so calls may alternate between
-  them (the sampler picks by ``M``), and ranks could even differ.
+  them (the sampler picks by ``M``).
 
 Progress
 --------
 A reader spins inside a kernel whose other programs may not have started yet, so the
-kernel must not let readers take every slot while a writer they need has none. Two
-ways, picked per call (``TICKET``):
+readers must never take every slot while a writer they need has none. At most ``M``
+readers per rank wait at once, and only for peers' writers, which never wait; so the
+one-launch form runs only while ``M`` is at most half the SMs (:func:`.policy.single_rows`),
+with one rank per GPU, and outside graph capture. Above that, and where ranks share a GPU,
+a round takes two launches.
 
-- Work by program id (``M`` at most ``ticket_rows``): program ``(row, split)`` writes
-  that split. At most ``M`` readers per rank wait at once, and only for peers' writers,
-  which never wait; so this runs only while the readers of every rank on a GPU cannot
-  fill it: ``M`` at most half the SMs (one rank per GPU), or half the SMs divided among
-  the ranks that share the GPU (:func:`.policy.single_rows`).
-- Work by ticket (any ``M``, one rank per GPU): program ``(i, s)`` first takes a
-  ticket ``t`` from its split column's counter (one relaxed atomic add on word ``s``)
-  and writes split ``s`` of row ``t``: each column hands out its rows in order, whatever
-  order the hardware starts programs in. The program that takes a column's last ticket
-  sets its counter back to 0 (every other program of the column has taken its own).
-  Only a running program takes a ticket, and a writer never waits, so once every column
-  of a rank has handed out rows ``0..r`` its words of those rows arrive. A reader of row
-  ``r`` exists only where that holds, since all ``S`` programs of the row arrived. Take
-  the rank whose columns have handed out the fewest rows (its least column): every
-  reader on its GPU waits for rows that every column of every other rank has handed
-  out, so each one ends, and so do its writers; so some rank always progresses,
-  whatever the number of rows. This needs each rank's kernel alone on its GPU among
-  these kernels: ranks that share a GPU could fill it with one rank's readers while
-  another rank, which they wait for, has no program running, so sharers keep the
-  program-id bound. (One counter for all columns, ticket ``t`` writing split ``t % S``
-  of row ``t // S``, holds by the same argument; its ``M * S`` adds on one word cost
-  more device time.)
+Measured (one H200, world size 1, M=4, one machine start): one launch per round, bound
+after its first call (:meth:`.launcher.Launcher.bind`), took an eager greedy call from
+39.8 to 17.7 us of host time, sample from 35.4 to 20.3. Programs taking their rows by ticket (one
+launch at any M) were measured slower than two launches: 25.0 against 20.4 us at M=256.
+
+The filters' rounds
+-------------------
+The same protocol serves the writers of the filters' rounds:
+
+- :func:`probe_one`: top-k's round 1, :func:`.writers.topk_probe` then
+  :func:`.finals.topk_reduce`'s row work;
+- :func:`topk_one`: top-k's round 2 after :func:`.topk.topk_local`,
+  :func:`.overflow.topk_overflow` then :func:`.topk.topk_final`'s row work. Its grid is the
+  overflow writer's ``(M, P)``: the row's last of its ``P`` programs reads the row. The
+  words it waits for come from every rank's ``topk_local`` (an earlier launch) and
+  overflow programs, none of which waits;
+- :func:`minp_one`: min-p's second round, :func:`.writers.minp_local` then
+  :func:`.finals.sample_final`'s row work.
+
+So an eager top-k call is three launches instead of five, and min-p alone two instead
+of four (its first round is greedy's one launch). One kernel has one warp count, so the
+writer and the row work share it: the host picks the writer's, capped so that the row
+work's selects never get more threads than elements, and falls back to two launches
+where the writer needs more threads than that allows (:func:`.geometry.one_warps`).
 """
 
 from __future__ import annotations
@@ -62,23 +64,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .finals import greedy_row, logprobs_row, sample_row
+from .finals import greedy_row, logprobs_row, reduce_row, sample_row
 from .logprob_writer import logprobs_write
-from .writers import greedy_write, sample_write
+from .overflow import overflow_write
+from .topk import topk_row
+from .writers import greedy_write, minp_write, probe_write, sample_write
 
 
 @triton.jit
-def place(arrivals, TICKET: tl.constexpr):
-    """``(row, split)`` this program works on: its program id, or with ``TICKET`` its split
-    column's next row (see Progress)."""
-    split = tl.program_id(1)
-    if TICKET:
-        t = tl.atomic_add(arrivals + split, 1, sem="relaxed", scope="gpu")
-        if t == tl.num_programs(0) - 1:  # the column's last ticket: each program has one
-            tl.store(arrivals + split, 0)
-        return t.to(tl.int64), split
-    else:
-        return tl.program_id(0).to(tl.int64), split
+def place():
+    """``(row, split)`` this program works on: its program ids."""
+    return tl.program_id(0).to(tl.int64), tl.program_id(1)
 
 
 @triton.jit
@@ -86,7 +82,7 @@ def last_arrival(arrivals, row):
     """Whether this program is the last of ``row``'s ``S`` programs on this rank to arrive
     (it then resets the count); every thread gets the same answer."""
     tl.debug_barrier()  # the program's stores and epoch loads come first
-    count = arrivals + tl.num_programs(1) + row
+    count = arrivals + row
     old = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
     last = old == tl.num_programs(1) - 1
     if last:
@@ -98,10 +94,10 @@ def last_arrival(arrivals, row):
 def greedy_one(
     x_ptr, x_stride, out_ptr, peers, box, epoch, arrivals, pstride, relems, own, N, col0,
     status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-    CAND: tl.constexpr, KEY: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
+    CAND: tl.constexpr, KEY: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """:func:`.writers.greedy_local` then :func:`.finals.greedy_final` in one launch."""
-    row, split = place(arrivals, TICKET)
+    row, split = place()
     greedy_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
                  BLOCK, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
@@ -113,10 +109,10 @@ def greedy_one(
 def sample_one(
     x_ptr, x_stride, t_ptr, seed_ptr, out_ptr, peers, box, epoch, arrivals, pstride, relems,
     own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr,
-    THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
+    THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """:func:`.writers.sample_local` then :func:`.finals.sample_final` in one launch."""
-    row, split = place(arrivals, TICKET)
+    row, split = place()
     sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems,
                  own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
@@ -129,10 +125,10 @@ def logprobs_one(
     x_ptr, x_stride, ids_ptr, lp_ptr, top_ids_ptr, top_lp_ptr, n, peers, box, epoch, arrivals,
     pstride, relems, own, N, col0, status, timeout_us, S, C, W, BLOCK: tl.constexpr,
     NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-    CAND: tl.constexpr, TRAP: tl.constexpr, TICKET: tl.constexpr,
+    CAND: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """:func:`.logprob_writer.logprobs_local` then :func:`.finals.logprobs_final` in one launch."""
-    row, split = place(arrivals, TICKET)
+    row, split = place()
     logprobs_write(row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n,
                    N, col0, BLOCK, NP, XBITS, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
@@ -140,4 +136,63 @@ def logprobs_one(
                      top_ids_ptr, top_lp_ptr, S, C, N, W, n, CAND, NP, THREADS, TRAP)  # fmt: skip
 
 
-__all__ = ["greedy_one", "last_arrival", "logprobs_one", "place", "sample_one"]
+@triton.jit(do_not_specialize=["k", "own", "col0"])
+def probe_one(
+    x_ptr, x_stride, t_ptr, gbest_ptr, low_ptr, k, peers, box, epoch, arrivals, pstride,
+    relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, G: tl.constexpr,
+    ROWK: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    CAND: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`.writers.topk_probe` then :func:`.finals.topk_reduce` in one launch."""
+    row, split = place()
+    probe_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK,
+                G, WORLD, THREADS)  # fmt: skip
+    if last_arrival(arrivals, row):
+        reduce_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr,
+                   low_ptr, C, k, CAND, G, ROWK, BITS, THREADS, TRAP)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["k", "own", "col0", "V"])
+def topk_one(
+    x_ptr, x_stride, t_ptr, seed_ptr, flags, p_ptr, mp_ptr, gbest_ptr, out_ptr, k, peers,
+    box, epoch, arrivals, pstride, relems, own, N, col0, status, timeout_us, S, C, V,
+    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
+    SP: tl.constexpr, TOPP: tl.constexpr, MINP: tl.constexpr, PLAIN: tl.constexpr,
+    WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`.overflow.topk_overflow` then :func:`.topk.topk_final` in one launch."""
+    row, p = place()
+    overflow_write(row, p, x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride,
+                   relems, own, k, S, N, col0, BLOCK, KP, BITS, ROWK, SP, WORLD,
+                   THREADS)  # fmt: skip
+    if last_arrival(arrivals, row):
+        topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
+                 mp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, BITS,
+                 THREADS, TRAP, PLAIN)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["own", "col0"])
+def minp_one(
+    x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, out_ptr, peers, box, epoch,
+    arrivals, pstride, relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr,
+    WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`.writers.minp_local` then :func:`.finals.sample_final` in one launch."""
+    row, split = place()
+    minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch,
+               pstride, relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
+    if last_arrival(arrivals, row):
+        sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+                   out_ptr, C, CAND, THREADS, TRAP)  # fmt: skip
+
+
+__all__ = [
+    "greedy_one",
+    "last_arrival",
+    "logprobs_one",
+    "minp_one",
+    "place",
+    "probe_one",
+    "sample_one",
+    "topk_one",
+]

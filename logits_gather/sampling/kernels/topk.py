@@ -134,7 +134,7 @@ def topk_row(
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr, PLAIN: tl.constexpr,
 ):  # fmt: skip
-    """:func:`topk_final`'s work for one row (also :mod:`.single_filters`')."""
+    """:func:`topk_final`'s work for one row (also :mod:`.single`'s)."""
     F: tl.constexpr = 2 + KP
     if PLAIN:
         kr = tl.load(k + row)

@@ -196,7 +196,7 @@ def probe_write(
     BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """:func:`topk_probe`'s work for split ``split`` of row ``row`` (also
-    :mod:`.single_filters`')."""
+    :mod:`.single`'s)."""
     row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
     tops = tl.max(tl.reshape(h, [G, BLOCK // G]), 1)
@@ -227,7 +227,7 @@ def minp_write(
     F: tl.constexpr = 2,
 ):  # fmt: skip
     """:func:`minp_local`'s work for split ``split`` of row ``row`` (also
-    :mod:`.single_filters`' and :mod:`.rowk`'s), words at ``own + split * F``."""
+    :mod:`.single`'s and :mod:`.rowk`'s), words at ``own + split * F``."""
     row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     gbest = tl.load(gbest_ptr + row)
     r = divisor(tl.load(t_ptr + row))

@@ -1,12 +1,12 @@
-"""A check of compiled fused kernels: no poll loop that one warp can leave alone.
+"""A check of compiled fused kernels (a test aid): no poll loop that one warp can leave alone.
 
 A multi-warp reader whose readiness test is decided per warp lets its warps leave the
 wait at different polls; they then meet different ``bar.sync`` instructions and the
 kernel computes from partials of different steps (:mod:`.ll`, "Uniform polls"). In the
 PTX such a loop is a loop header with volatile loads whose first conditional branch
-comes before any ``bar.sync``. :class:`.launcher.Launcher` runs this on every compiled
-variant before its result is used; ``scripts/sampling-compile-check.py`` and
-``tests/test_sampling_polls_compile.py`` run it ahead on the CPU machine.
+comes before any ``bar.sync``. ``tests/test_sampling_polls_compile.py``,
+``scripts/sampling-compile-check.py`` and ``scripts/sampling-poll-sweep.py`` run it on
+compiled kernels.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ def check(compiled: Any, name: str, warps: int) -> None:
         raise RuntimeError(
             f"logits_gather.sampling: the compiled {name} ({warps} warps) has a poll loop "
             f"whose readiness test one warp decides alone (PTX {', '.join(bad)}), so it "
-            "could return wrong tokens; this is a logits_gather bug for this geometry: "
-            "set LOGITS_GATHER_SAMPLING_FUSED=0 to use the torch-ops path, and report it"
+            "could return wrong tokens"
         )
 
 
