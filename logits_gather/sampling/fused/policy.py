@@ -123,13 +123,13 @@ def decide(sampler: Any, trap: bool) -> Any:
     """The sampler's :class:`.filtered.Fused`, or None for the torch-ops path; builds the
     first mailboxes. Collective."""
     device = sampler.device
-    use_torch, problems = torch_wanted()
-    agree(sampler.group, {TORCH_ENV: use_torch}, problems, what=WHAT)
-    if use_torch:
-        log.info("VocabParallelSampler: torch-ops path, because %s=1", TORCH_ENV)
-        return None
     on = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with on:  # collectives and symmetric memory on this rank's GPU
+        use_torch, problems = torch_wanted()
+        agree(sampler.group, {TORCH_ENV: use_torch}, problems, what=WHAT)
+        if use_torch:
+            log.info("VocabParallelSampler: torch-ops path, because %s=1", TORCH_ENV)
+            return None
         local = None
         if sampler.world_size > MAX_WORLD:
             local = f"{sampler.world_size} ranks > {MAX_WORLD} (not validated on GPUs)"
