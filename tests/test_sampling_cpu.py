@@ -82,11 +82,14 @@ def _bad_inputs(rank: int, n: int, sampling) -> list[str]:
     _expect_error(errors, TypeError, "integer dtype", sampling.sample, x, t, s.float())
     # a stray positional argument is taken as positions, and rejected as such
     _expect_error(
-        errors, TypeError, "positions must be a torch.Tensor", sampling.sample, x, t, s, 50
-    )
+        errors, TypeError, "positions must be a torch.Tensor of length M=4, got int 50 "
+        "(top_k, top_p and min_p are keyword-only)", sampling.sample, x, t, s, 50
+    )  # fmt: skip
     _expect_error(errors, ValueError, "positions", sampling.sample, x, t, s, torch.arange(3))
     _expect_error(errors, TypeError, "integer dtype", sampling.sample, x, t, s, t)
     _expect_error(errors, TypeError, "positional", sampling.logprobs, x, ids, 5)
+    _expect_error(errors, TypeError, "group must be a ProcessGroup or None, got str 'world'",
+                  sampling.greedy, x, group="world")  # fmt: skip
     _expect_error(errors, TypeError, "floating dtype", sampling.sample, x, s, s)
     _expect_error(
         errors,
@@ -330,7 +333,7 @@ def test_equivalence(world_size: int) -> None:
     """Exact greedy and sample, logprobs within TOL, identical errors on every rank."""
     results = run_ranks(_check, world_size, SEED)
     errors = results[0]["errors"]
-    assert len(errors) == 31
+    assert len(errors) == 32
     for r, res in enumerate(results):
         assert res["errors"] == errors, f"rank {r} raised differently"
         assert res["after_errors"] == [(world_size - 1) * (V // world_size)] * 2

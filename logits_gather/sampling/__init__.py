@@ -1,22 +1,16 @@
-"""Vocab-parallel greedy, sampling and logprobs without gathering the logits.
+"""Vocab-parallel greedy, sampling and logprobs from each rank's shard ``[M, N]`` (columns
+``rank * N ..`` of the ``[M, W * N]`` logits), without gathering them: each operation
+reduces its shard, exchanges a few values per row and merges them identically on every
+rank. :func:`greedy` and :func:`sample` equal :mod:`.reference` of the gathered logits bit
+for bit at every tp; :func:`logprobs` is within ``1e-6 * (1 + |ref|)`` of the exact value.
 
-Each rank holds ``shard`` ``[M, N]``: columns ``rank * N .. rank * N + N - 1`` of the
-``[M, W * N]`` logits. Each operation reduces its shard locally, exchanges a few values
-per row and merges them identically on every rank.
+Modules: :mod:`.reference` (the definition, every tie rule), :mod:`.sampler` (the class;
+which path serves which call), :mod:`.checks`, :mod:`.exact` (the torch-ops path, any
+device), :mod:`.fused` and :mod:`.kernels` (the GPU path).
 
-- :func:`greedy` equals ``torch.argmax`` of the gathered logits.
-- :func:`sample` equals :func:`reference.sample` of the gathered logits bit for bit at
-  every tp: vLLM's V2 sampling, then an exact top-k and top-p of our own.
-- :func:`logprobs` is within ``1e-6 * (1 + |ref|)`` of the exact log_softmax.
-
-Modules: :mod:`.reference` (the definition, every tie rule), :mod:`.sampler` (the class,
-and which path serves which call), :mod:`.checks` (argument checks), :mod:`.exact` (the
-torch-ops path, any device), :mod:`.fused` and :mod:`.kernels` (the GPU path).
-
-The functions here use a :class:`VocabParallelSampler` cached per ``(group, device, N)``
-that grows with ``M``; its builds are collective, so every rank must make the same calls
-with the same ``M``, filters and ``top_n``. For CUDA graphs, build a
-:class:`VocabParallelSampler` yourself and run each variant once before capture.
+The functions here share a sampler per ``(group, device, N)`` that grows with ``M``; its
+builds are collective, so every rank makes the same calls with the same ``M``, filters and
+``top_n``. For CUDA graphs, build a :class:`VocabParallelSampler` yourself.
 """
 
 from __future__ import annotations
@@ -33,7 +27,12 @@ from .sampler import MAX_CANDIDATES, Logprobs, VocabParallelSampler
 _samplers: dict[tuple[Any, ...], VocabParallelSampler] = {}
 
 
-def _cached(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> VocabParallelSampler:
+def cached_sampler(
+    shard: torch.Tensor, *, group: dist.ProcessGroup | None = None
+) -> VocabParallelSampler:
+    """The sampler the functions here use for ``shard`` (collective when it is new)."""
+    m = checks.shard(shard)
+    checks.world(group)
     key = (exchange.group_key(group), shard.device, shard.shape[1])
     sampler = _samplers.get(key)
     if sampler is None:
@@ -43,14 +42,6 @@ def _cached(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> Voc
         _samplers[key] = sampler
     sampler.rows(shard)
     return sampler
-
-
-def cached_sampler(
-    shard: torch.Tensor, *, group: dist.ProcessGroup | None = None
-) -> VocabParallelSampler:
-    """The sampler the functions here use for ``shard`` (collective when it is new)."""
-    checks.world(group)
-    return _cached(shard, group, checks.shard(shard))
 
 
 def greedy(shard: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -74,7 +65,7 @@ def sample(
     vocab = checks.world(group) * shard.shape[1]
     args = checks.sample_args(m, vocab, shard.device, True, temperature, seed, positions,
                               top_k, top_p, min_p)  # fmt: skip
-    return _cached(shard, group, m).sample_rows(shard, *args)
+    return cached_sampler(shard, group=group).sample_rows(shard, *args)
 
 
 def logprobs(
@@ -89,7 +80,7 @@ def logprobs(
     vocab = checks.world(group) * shard.shape[1]
     ids = checks.token_ids(token_ids, m, vocab, shard.device, True)
     n = checks.top_n(top_n, vocab)
-    return _cached(shard, group, m).logprobs_rows(shard, ids, n)
+    return cached_sampler(shard, group=group).logprobs_rows(shard, ids, n)
 
 
 __all__ = [

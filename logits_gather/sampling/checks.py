@@ -1,7 +1,7 @@
-"""Argument checks, local and before any collective: ranks given the same bad input raise
-the same ``TypeError``/``ValueError``, naming the argument and the value. Value checks
-(ranges of tensor entries) cost one host sync; they are skipped during CUDA graph
-capture and with ``check_values=False``."""
+"""Argument checks, local and before any collective, so ranks given the same bad input
+raise the same exception, naming the argument and the value. Checks of tensor entries
+cost a host sync; they are skipped during CUDA graph capture and with
+``check_values=False``."""
 
 from __future__ import annotations
 
@@ -24,14 +24,15 @@ def capturing(device: torch.device) -> bool:
 
 
 def world(group: Any, what: str = "logits_gather.sampling") -> int:
-    """The world size of ``group`` (None: the default group)."""
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(
             f"{what} needs torch.distributed to be initialised "
             "(call torch.distributed.init_process_group first)"
         )
     if group is not None and not isinstance(group, dist.ProcessGroup):
-        raise TypeError(f"group must be a ProcessGroup or None, got {type(group).__name__}")
+        raise TypeError(
+            f"group must be a ProcessGroup or None, got {type(group).__name__} {group!r:.40}"
+        )
     return dist.get_world_size(group)
 
 
@@ -44,8 +45,7 @@ def construction(columns: Any, capacity: Any, backend: Any) -> None:
 
 
 def shard(x: Any, *, columns=None, capacity=None, device=None) -> int:
-    """Checks ``shard`` (against the sampler's ``columns``, ``capacity``, ``device`` where
-    given) and returns ``M``."""
+    """``M``, once ``x`` is a valid shard (for a sampler of these, where given)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"shard must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in DTYPES:
@@ -109,6 +109,11 @@ def positions(x: Any, m: int, device: torch.device) -> torch.Tensor:
     """int64 ``[M]``; None means zeros."""
     if x is None:
         return torch.zeros(m, dtype=torch.int64, device=device)
+    if isinstance(x, (int, float)):  # sample(shard, t, seed, 50) meant top_k=50
+        raise TypeError(
+            f"positions must be a torch.Tensor of length M={m}, got {type(x).__name__} {x!r} "
+            "(top_k, top_p and min_p are keyword-only)"
+        )
     return _rows("positions", x, m, device, "int")
 
 
@@ -120,54 +125,46 @@ def token_ids(x: Any, m: int, vocab: int, device: torch.device, check_values: bo
     return ids
 
 
-def top_k(k: Any, m: int, vocab: int, device: torch.device, check_values: bool = True):
-    """None, an int in ``0..vocab`` (0: off), or int64 ``[M, 1]``."""
-    if k is None:
-        return None
-    if isinstance(k, torch.Tensor):
-        t = _rows("top_k", k, m, device, "int")
-        _values(t, t < 0, "top_k", f"in 0..{vocab} (0 means off)", check_values)
-        return t.view(m, 1)
-    if not _is_int(k):
-        raise TypeError(
-            f"top_k must be None, an int or an integer tensor of length M={m}, "
-            f"got {type(k).__name__} {k!r}"
-        )
-    if not 0 <= k <= vocab:
-        raise ValueError(
-            f"top_k must be in 0..{vocab} (0 means off; the global vocabulary), got {k}"
-        )
-    return k
-
-
-def _probability(name, x, m, device, check_values, low_open, dtype):
-    rule = "in (0, 1]" if low_open else "in [0, 1]"
+def _filter(name: str, x: Any, m: int, device, cv: bool, kind: str, ok, rule: str, dtype=None):
+    """None, a scalar for which ``ok`` holds, or an ``[M, 1]`` tensor (entries checked)."""
     if x is None:
         return None
     if isinstance(x, torch.Tensor):
-        if dtype == torch.float64 and x.dtype == torch.float32:
-            dtype = x.dtype  # every use widens it to float64 exactly, on the device
-        t = _rows(name, x, m, device, "float", dtype)
-        _values(t, ~((t > 0) if low_open else (t >= 0)) | ~(t <= 1), name, rule, check_values)
+        t = _rows(name, x, m, device, kind, dtype)
+        _values(t, ~ok(t), name, rule, cv)
         return t.view(m, 1)
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
+    if not (_is_int(x) or (kind == "float" and isinstance(x, float))):
+        what = "an int or an integer" if kind == "int" else "a float or a floating"
         raise TypeError(
-            f"{name} must be None, a float or a floating tensor of length M={m}, "
-            f"got {type(x).__name__} {x!r}"
+            f"{name} must be None, {what} tensor of length M={m}, got {type(x).__name__} {x!r}"
         )
-    if not ((0 < x) if low_open else (0 <= x)) or not x <= 1:
+    if not ok(x):
         raise ValueError(f"{name} must be {rule}, got {x}")
-    return float(x)
+    return x if kind == "int" else float(x)
 
 
-def top_p(x: Any, m: int, device: torch.device, check_values: bool = True):
-    """None, a float in (0, 1] (1: off), or float64 ``[M, 1]`` (float32 stays float32)."""
-    return _probability("top_p", x, m, device, check_values, True, torch.float64)
+def top_k(k: Any, m: int, vocab: int, device: torch.device, cv: bool = True):
+    """None, an int in ``0..vocab`` (0: off), or int64 ``[M, 1]`` (``>= vocab``: off)."""
+    if isinstance(k, torch.Tensor):
+        return _filter("top_k", k, m, device, cv, "int", lambda v: v >= 0, ">= 0 (0 means off)")
+    rule = f"in 0..{vocab} (0 means off; the global vocabulary)"
+    return _filter("top_k", k, m, device, cv, "int", lambda v: 0 <= v <= vocab, rule)
 
 
-def min_p(x: Any, m: int, device: torch.device, check_values: bool = True):
+def _in(closed: bool):
+    return lambda v: ((v >= 0) if closed else (v > 0)) & (v <= 1)
+
+
+def top_p(x: Any, m: int, device: torch.device, cv: bool = True):
+    """None, a float in (0, 1] (1: off), or float64 ``[M, 1]`` (float32 stays float32:
+    every use widens it exactly, on the device)."""
+    dtype = torch.float32 if getattr(x, "dtype", None) == torch.float32 else torch.float64
+    return _filter("top_p", x, m, device, cv, "float", _in(False), "in (0, 1]", dtype)
+
+
+def min_p(x: Any, m: int, device: torch.device, cv: bool = True):
     """None, a float in [0, 1] (0: off), or fp32 ``[M, 1]``."""
-    return _probability("min_p", x, m, device, check_values, False, torch.float32)
+    return _filter("min_p", x, m, device, cv, "float", _in(True), "in [0, 1]")
 
 
 def top_n(n: Any, vocab: int) -> int:

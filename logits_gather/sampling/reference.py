@@ -33,9 +33,9 @@ row as fp32, ``T`` its temperature, ``j`` the global token id):
    ``s_j + n_j`` over ``K``. Both as ``torch.argmax``: the lowest id among equal maxima,
    the first NaN if there is one.
 
-Integer steps run in int64 holding values in ``[0, 2**32)`` (a product's low 32 bits are
-the uint32 product). Each fp step is its own torch op, so nothing is fused; ``torch.log``
-may differ from another library's in the last bit, so bits are per device.
+Integers are int64 in ``[0, 2**32)`` (a product's low 32 bits are the uint32 product);
+each fp step is its own torch op (no fusing). ``log`` differs between libraries in the
+last bit, so bits are per device.
 """
 
 from __future__ import annotations
@@ -110,18 +110,6 @@ def _row(value, m: int, dtype: torch.dtype, device: torch.device) -> torch.Tenso
     return value.to(device=device, dtype=dtype).expand(m).reshape(m, 1)
 
 
-def top_p_cut(s: torch.Tensor, smax: torch.Tensor, keep: torch.Tensor, p: torch.Tensor):
-    """``tau`` ``[M, 1]`` of step 3 (``p`` float64 ``[M, 1]``)."""
-    q = torch.floor(torch.exp(s - smax) * MASS_SCALE).nan_to_num_(0.0).to(torch.int64)
-    q = torch.where(keep, q, 0)
-    z = q.sum(1, keepdim=True)
-    thr = torch.minimum(torch.ceil(z.double() * p).to(torch.int64).clamp(min=1), z)
-    order = torch.sort(s, dim=1, descending=True, stable=True)
-    cum = q.gather(1, order.indices).cumsum(1)
-    first = (cum < thr).sum(1, keepdim=True).clamp_(max=s.shape[1] - 1)
-    return order.values.gather(1, first)
-
-
 def kept(s: torch.Tensor, top_k=None, top_p=None, min_p=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The kept set ``K`` (bool ``[M, V]``) of step 3 for scores ``s``, and ``s_max``."""
     m, v = s.shape
@@ -137,7 +125,14 @@ def kept(s: torch.Tensor, top_k=None, top_p=None, min_p=None) -> tuple[torch.Ten
         keep &= (s >= torch.sort(s, 1, descending=True).values.gather(1, k - 1)) | off
     if top_p is not None:
         p = _row(top_p, m, torch.float64, s.device)
-        keep &= (s >= top_p_cut(s, smax, keep, p)) | (p >= 1) | off
+        q = torch.floor(torch.exp(s - smax) * MASS_SCALE).nan_to_num_(0.0).to(torch.int64)
+        q = torch.where(keep, q, 0)
+        z = q.sum(1, keepdim=True)
+        thr = torch.minimum(torch.ceil(z.double() * p).to(torch.int64).clamp(min=1), z)
+        order = torch.sort(s, dim=1, descending=True, stable=True)
+        cum = q.gather(1, order.indices).cumsum(1)
+        tau = order.values.gather(1, (cum < thr).sum(1, keepdim=True).clamp_(max=v - 1))
+        keep &= (s >= tau) | (p >= 1) | off
     return keep, smax
 
 
@@ -175,16 +170,3 @@ def logprobs(logits: torch.Tensor, token_ids: torch.Tensor, top_n: int = 0) -> L
     keyed = torch.where(xf.isnan(), float("nan"), xf + 0.0)
     top = torch.sort(keyed, dim=1, descending=True, stable=True).indices[:, :top_n]
     return Logprobs(token, top, lp.gather(1, top))
-
-
-__all__ = [
-    "MASS_SCALE",
-    "Logprobs",
-    "gumbel",
-    "kept",
-    "log1p_neg",
-    "logprobs",
-    "sample",
-    "scaled",
-    "uniform",
-]

@@ -33,19 +33,16 @@ from .reference import Logprobs
 
 
 class VocabParallelSampler:
-    """Greedy, sample and logprobs on ``[M, columns]`` vocab shards: rank ``r`` holds the
-    global columns ``r * columns .. (r + 1) * columns - 1``. Arguments in
-    :class:`~logits_gather.LogitsGather`'s order; ``backend``, ``timeout_s`` and
-    ``on_timeout`` mean what they mean there (the latter two bound the fused kernels'
-    waits; see :meth:`check`).
+    """Greedy, sample and logprobs on ``[M, columns]`` vocab shards (rank ``r`` holds the
+    global columns ``r * columns ..``). Arguments in :class:`~logits_gather.LogitsGather`'s
+    order and meaning; ``timeout_s``/``on_timeout`` bound the fused kernels' waits.
 
-    Construction is collective over ``group`` (every rank, the same arguments), and so is
-    the first call with a new ``top_k`` size, filter kind (top-p, min-p, per-row tensors),
-    ``top_n`` or a larger ``M``: every rank must make the same calls. Run each variant
-    once before capturing a CUDA graph. ``check_values=False`` skips the value checks (one
-    host sync per call; skipped during capture anyway). The fused kernels serve calls on
-    CUDA with Triton when every rank's GPU maps its peers' memory and the group has at
-    most 4 ranks; ``fused=False`` forces the torch-ops path.
+    Construction is collective over ``group``, and so is the first call with a new
+    ``top_k`` size, filter kind, ``top_n`` or a larger ``M``: every rank makes the same
+    calls, and runs each variant once before capturing a CUDA graph. The fused kernels
+    serve CUDA with Triton when every GPU maps its peers' memory and there are at most 4
+    ranks; ``fused=False`` forces the torch-ops path. ``check_values=False`` skips the value
+    checks (a host sync per call).
     """
 
     def __init__(
@@ -92,8 +89,7 @@ class VocabParallelSampler:
 
     @property
     def backend(self) -> str:
-        """``"symm_mem"`` (the fused kernels' mailboxes, or the exchanges' symmetric-memory
-        kernel) or ``"torch.distributed"``."""
+        """``"symm_mem"`` (mailboxes, or the exchanges' kernel) or ``"torch.distributed"``."""
         if self.fused is not None:
             return "symm_mem"
         return self.exchange_for(ops.GREEDY_WIDTH, 1).gather.backend
@@ -109,15 +105,13 @@ class VocabParallelSampler:
 
     def check(self) -> None:
         """Raises :class:`~logits_gather.PeerTimeoutError` if a fused kernel or an exchange
-        timed out waiting for a peer. Reads the status without synchronizing: call it after
-        the work it should judge is done."""
+        timed out waiting for a peer (no sync: call it after the work to judge)."""
         self._boxes.check()
         for ex in self._exchanges.values():
             ex.gather.check(synchronize=False)
 
     def exchange_for(self, width: int, rows: int) -> exchange.Exchange:
-        """The torch-ops path's exchange of ``width`` fp32 words for ``rows`` rows
-        (collective when it has to be built)."""
+        """The exchange of ``width`` fp32 words for ``rows`` rows (collective if built)."""
         ex = self._exchanges.get(width)
         if ex is None or ex.capacity < rows:
             cap = max(rows, self.capacity)
@@ -167,12 +161,9 @@ class VocabParallelSampler:
         """:meth:`sample` for arguments as :mod:`.checks` returns them, routed by the
         module's table."""
         m, fused = shard.shape[0], self.fused
-        if isinstance(k, int) and not 0 < k < self.vocab:
-            k = None
-        if isinstance(p, float) and p >= 1.0:
-            p = None
-        if isinstance(mp, float) and mp <= 0.0:
-            mp = None
+        k = None if isinstance(k, int) and not 0 < k < self.vocab else k  # scalars off
+        p = None if isinstance(p, float) and p >= 1.0 else p
+        mp = None if isinstance(mp, float) and mp <= 0.0 else mp
         if fused is not None and not (isinstance(k, int) and k > MAX_CANDIDATES):
             rows = torch.stack((seeds, positions), 1)  # the kernels' seed and position
             if k is None and p is None and mp is None:
@@ -193,13 +184,10 @@ class VocabParallelSampler:
         return filters.sample(self, shard, t, seeds, positions, k, p, mp)
 
     def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor, *, top_n: int = 0) -> Logprobs:
-        """log_softmax of the gathered rows in fp32 at ``token_ids`` (global ids), and the
-        ``top_n`` (0..20) most likely tokens: one distributed max and log-sum-exp.
-
-        ``|err| <= 1e-6 * (1 + |ref|)`` against the exact (fp64) log_softmax and
-        ``<= 2e-5 * (1 + |ref|)`` against ``torch.log_softmax(gathered.float(), 1)``, whose
-        own fp32 error reaches about ``6e-6 * (1 + |ref|)`` on CPU at V = 151552. Rows with
-        NaN or +inf, and rows of all -inf, give NaN as log_softmax does.
+        """fp32 log_softmax of the gathered rows at ``token_ids`` (global ids), and the
+        ``top_n`` (0..20) largest: one distributed max and log-sum-exp. ``|err| <= 1e-6 *
+        (1 + |ref|)`` against fp64; ``<= 2e-5 * (1 + |ref|)`` against fp32 torch (whose own
+        error reaches ``6e-6`` on CPU at V = 151552). NaN in rows with NaN, +inf or all -inf.
         """
         m = self.rows(shard)
         ids = checks.token_ids(token_ids, m, self.vocab, self.device, self.check_values)
@@ -221,6 +209,3 @@ class VocabParallelSampler:
             f"device={self.device}, rank={self.rank}/{self.world_size}, "
             f"backend={self.backend!r})"
         )
-
-
-__all__ = ["MAX_CANDIDATES", "Logprobs", "VocabParallelSampler"]

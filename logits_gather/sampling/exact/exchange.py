@@ -1,17 +1,12 @@
-"""Small all-gathers of ``[M, width]`` fp32 payloads: a fp32
-:class:`~logits_gather.LogitsGather` (the symmetric-memory kernel where GPUs map their
-peers' memory, else torch.distributed) copies bits, so a payload may carry int64 or
-bf16/fp16 fields as views.
-
-Building one is collective: :func:`get` must be reached by every rank together with the
-same ``width`` and ``rows``, and never during CUDA graph capture. The cache, keyed by
-``(group, device, width, backend)``, is shared by every sampler; a grown exchange keeps
-the old one alive, since a peer may still be reading it.
+"""Small all-gathers of ``[M, width]`` fp32 payloads through a fp32
+:class:`~logits_gather.LogitsGather`, which copies bits: int64 or bf16/fp16 fields travel
+as views. Building one is collective (every rank, the same ``width`` and ``rows``, never
+during capture). Exchanges are shared by every sampler per ``(group, device, width,
+backend)``; a grown one keeps the old alive, since a peer may still read it.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
@@ -19,8 +14,6 @@ import torch.distributed as dist
 
 from ...gather import LogitsGather
 from ..checks import capturing
-
-log = logging.getLogger(__name__)
 
 _cache: dict[tuple[Any, ...], Exchange] = {}
 _retired: list[Exchange] = []
@@ -62,9 +55,5 @@ def get(width: int, rows: int, group, device: torch.device, backend: str, capaci
         )
     if ex is not None:
         _retired.append(ex)
-        log.debug("logits_gather.sampling: width-%d exchange grown to %d rows", width, capacity)
     _cache[key] = new = Exchange(width, max(capacity, rows), group, device, backend)
     return new
-
-
-__all__ = ["Exchange", "capturing", "get", "group_key"]

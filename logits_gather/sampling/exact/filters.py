@@ -1,17 +1,14 @@
-"""Exact vocab-parallel ``sample`` with any mix of top-k / top-p / min-p (each a scalar or
-``[M]``) from torch ops, on any device: no host sync and a fixed sequence of exchanges per
-set of filters, so it captures in CUDA graphs. It reproduces :func:`.reference.sample`:
+"""Exact vocab-parallel :func:`.reference.sample`, any filters, from torch ops on any device;
+no host sync, so it captures in CUDA graphs. Correct, not fast (up to 10 small exchanges):
 
-1. one exchange of ``[greedy value, greedy index, local max of s]`` gives ``s_max``;
-2. min-p is local, from ``s_max``;
-3. top-k: the k-th largest ``s`` by :func:`threshold` (4 exchanges);
-4. top-p: ``tau`` by :func:`threshold` over the int64 masses ``q`` (4 exchanges; the
-   first round's total is ``Z``, which gives ``thr``);
-5. one exchange of the best ``s + noise`` over the kept set.
+1. one exchange of ``[greedy value, greedy index, local max of s]`` gives ``s_max``; min-p
+   is local;
+2. top-k: the k-th largest ``s`` by :func:`threshold` (4 exchanges);
+3. top-p: ``tau`` by :func:`threshold` over the masses ``q`` (4 exchanges);
+4. one exchange of the best ``s + noise`` over the kept set.
 
-It serves the calls the fused kernels do not (:mod:`.sampler`) and is their fallback; on
-a fused sampler ``s`` and the noise come from the kernels' own elementwise pass, so a row
-that falls back draws the fused path's bits. Correct, not fast: up to 10 small exchanges.
+It serves the calls the fused kernels do not and is their fallback; on a fused sampler
+``s`` and the noise come from the kernels, so a row that falls back draws their bits.
 """
 
 from __future__ import annotations
@@ -46,13 +43,12 @@ def threshold(
     """Weighted radix select: per row, the largest key ``v`` with
     ``sum(weight[keys >= v]) >= target``, int64 ``[M, 1]``.
 
-    ``weight`` int64 ``[M, N]`` (None: ones; with ``target = k`` this is the k-th largest
-    key); ``target`` int64 ``[M, 1]`` in ``1..total`` (else unspecified), or a function of
-    the row's total weight (known after round one, so top-p's ``thr`` costs no exchange).
-    8 bits a round: each rank sums the weights whose key matches the prefix so far, per
-    next digit, into ``payload`` (fp32 ``[M, RADIX_WIDTH]``, ``BINS`` int64 sums);
-    ``exchange(payload)`` returns every rank's as ``[M, W, RADIX_WIDTH]``; every rank
-    picks the same digit. Integer sums: exact and independent of order and tp.
+    ``weight`` int64 ``[M, N]`` (None: ones, so ``target = k`` gives the k-th largest);
+    ``target`` int64 ``[M, 1]`` in ``1..total``, or a function of the row's total (known
+    after round one: top-p's ``thr`` costs no exchange). 8 bits a round: each rank sums its
+    weights per next digit under the prefix so far into ``payload`` (``BINS`` int64 sums),
+    ``exchange(payload)`` gathers ``[M, W, RADIX_WIDTH]`` and every rank picks the same
+    digit. Integer sums are exact in any order and at any tp.
     """
     m = keys.shape[0]
     hist = payload.view(torch.int64)
@@ -122,6 +118,3 @@ def sample(sampler, shard, t, seed, positions, top_k, top_p, min_p) -> torch.Ten
     ops.pack_greedy(g.masked_fill_(~keep, ops.NEG_INF), best.payload[:m])
     sampled = ops.combine_greedy(best.send(m), torch.float32, sampler.columns)
     return torch.where(t[:, 0] == 0, greedy, sampled)
-
-
-__all__ = ["MAX_CANDIDATES", "RADIX_WIDTH", "ordered_keys", "sample", "threshold"]

@@ -21,8 +21,7 @@ _CANONICAL_NAN = 0x7FC00000
 
 
 def slots(count: int, cap: int) -> int:
-    """Payload slots for ``count`` entries: the next power of two, at most ``cap`` (few
-    widths, so few collective builds; padding never wins)."""
+    """The next power of two >= ``count``, at most ``cap`` (few widths, few builds)."""
     return min(1 << max(count - 1, 0).bit_length(), cap) if count else 0
 
 
@@ -57,9 +56,8 @@ def combine_greedy(g: torch.Tensor, dtype: torch.dtype, columns: int) -> torch.T
 
 
 def sort_keys(xf: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
-    """int64 keys ordered like (logit descending, global id ascending): the high 32 bits
-    order the fp32 value (``-0.0`` as ``+0.0``, every NaN as one NaN above ``+inf``, as
-    ``torch.sort``), ``low`` is ``2**32 - 1 - global id``."""
+    """int64 keys ordered like (logit descending, global id ascending) as ``torch.sort``
+    (every NaN one value above +inf, -0.0 as +0.0); ``low`` is ``2**32 - 1 - global id``."""
     bits = xf.add(0.0).view(torch.int32).to(torch.int64)
     bits.masked_fill_(xf.isnan(), _CANONICAL_NAN)
     bits = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
