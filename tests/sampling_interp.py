@@ -26,7 +26,7 @@ import threading  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from logits_gather.sampling import reference, rng  # noqa: E402
+from logits_gather.sampling import reference  # noqa: E402
 from logits_gather.sampling.fused import filtered as fused  # noqa: E402
 from logits_gather.sampling.fused import geometry, launcher  # noqa: E402
 from logits_gather.sampling.kernels import (  # noqa: E402
@@ -311,7 +311,7 @@ def _decode_kernel(cand_ptr, t, u_ptr, nbytes_ptr, N: tl.constexpr, XBITS: tl.co
 
 def check_decode() -> int:
     """The finals' short radix keys (:func:`.masses.decode_keys`): bfloat16 x / T (the
-    definition's scores, :func:`.rng.scaled`) gives 16-bit keys ordered like s (2 bytes);
+    definition's scores, :func:`.reference.scaled`) gives 16-bit keys ordered like s (2 bytes);
     s values that are no x / T fall back to 4."""
     fails = 0
     t = 0.7
@@ -319,7 +319,7 @@ def check_decode() -> int:
         if kind == "x / T":
             x = (torch.randn(64) * 4).to(torch.bfloat16).float()
             x[:8] = x[8]  # ties
-            s = rng.scaled(x[None], torch.tensor([t]))[0]
+            s = reference.scaled(x[None], torch.tensor([t]))[0]
         else:
             s = torch.randn(64) * 4
         h = s.view(torch.int32).to(torch.int64)

@@ -82,11 +82,14 @@ def _bad_inputs(rank: int, n: int, sampling) -> list[str]:
     _expect_error(errors, TypeError, "integer dtype", sampling.sample, x, t, s.float())
     # a stray positional argument is taken as positions, and rejected as such
     _expect_error(
-        errors, TypeError, "positions must be a torch.Tensor", sampling.sample, x, t, s, 50
-    )
+        errors, TypeError, "positions must be a torch.Tensor of length M=4, got int 50 "
+        "(top_k, top_p and min_p are keyword-only)", sampling.sample, x, t, s, 50
+    )  # fmt: skip
     _expect_error(errors, ValueError, "positions", sampling.sample, x, t, s, torch.arange(3))
     _expect_error(errors, TypeError, "integer dtype", sampling.sample, x, t, s, t)
     _expect_error(errors, TypeError, "positional", sampling.logprobs, x, ids, 5)
+    _expect_error(errors, TypeError, "group must be a ProcessGroup or None, got str 'world'",
+                  sampling.greedy, x, group="world")  # fmt: skip
     _expect_error(errors, TypeError, "floating dtype", sampling.sample, x, s, s)
     _expect_error(
         errors,
@@ -300,12 +303,13 @@ def _check_threshold(sampler, full: torch.Tensor, shard: torch.Tensor, where: st
 
     m = shard.shape[0]
     ex = sampler.exchange_for(select.RADIX_WIDTH, m)
-    xf, ff = shard.float(), full.float()
+    keys, ff = select.ordered_keys(shard.float()), full.float()
     ok = ~ff.isnan().any(1)
     for k in _tie_boundaries(full) + (1, V):
-        got = select.kth_largest(xf, k, lambda p: ex.send(m), ex.payload[:m])[:, 0]
-        want = ff.topk(k, 1).values[:, -1]
-        assert torch.equal(got[ok], want[ok]), f"{where} kth_largest k={k}"
+        target = torch.full((m, 1), k, dtype=torch.int64)
+        got = select.threshold(keys, None, target, lambda p: ex.send(m), ex.payload[:m])[:, 0]
+        want = select.ordered_keys(ff.topk(k, 1).values[:, -1])
+        assert torch.equal(got[ok], want[ok]), f"{where} k-th largest key, k={k}"
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, where: str, tol: float = TOL) -> None:
@@ -329,7 +333,7 @@ def test_equivalence(world_size: int) -> None:
     """Exact greedy and sample, logprobs within TOL, identical errors on every rank."""
     results = run_ranks(_check, world_size, SEED)
     errors = results[0]["errors"]
-    assert len(errors) == 31
+    assert len(errors) == 32
     for r, res in enumerate(results):
         assert res["errors"] == errors, f"rank {r} raised differently"
         assert res["after_errors"] == [(world_size - 1) * (V // world_size)] * 2
@@ -376,14 +380,14 @@ def test_scores_are_x_divided_by_t() -> None:
     ``T = 1``; the caller's logits stay untouched, fp32 ones included."""
     import numpy as np
 
-    from logits_gather.sampling import rng
+    from logits_gather.sampling import reference
 
     gen = torch.Generator().manual_seed(random.randrange(2**31))
     for dtype in (torch.bfloat16, torch.float32):
         x = (torch.randn(5, 4096, generator=gen) * 7).to(dtype)
         before = x.clone()
         t = torch.tensor([0.7, 0.0, 1.0, 3.3, 0.05])
-        got = rng.scaled(x, t[:, None]).numpy().view(np.int32)
+        got = reference.scaled(x, t[:, None]).numpy().view(np.int32)
         assert torch.equal(x, before), dtype
         tn = np.where((t.numpy() == 0) | (t.numpy() == 1), np.float32(1.0), t.numpy())
         want = (x.float().numpy() / tn.astype(np.float32)[:, None]).astype(np.float32)

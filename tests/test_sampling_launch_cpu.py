@@ -157,13 +157,16 @@ def _check_covers_exchanges(rank: int, world: int) -> str:
     shard = torch.randn(3, n)
     sampler.greedy(shard)
     sampler.check()  # nothing timed out
-    exchanges = list(sampler._exchanges.values())
-    assert exchanges
-    for ex in exchanges:  # each of them alone makes check() raise
-        ex.gather._failed = "timed out waiting for rank 1 (test)"
+    assert sampler.exchanges
+    for ex in sampler.exchanges:  # each of them alone makes check() raise
+
+        def timed_out(synchronize: bool = True) -> None:
+            raise PeerTimeoutError("timed out waiting for rank 1 (test)")
+
+        ex.gather.check = timed_out
         with pytest.raises(PeerTimeoutError, match=r"rank 1 \(test\)"):
             sampler.check()
-        ex.gather._failed = None
+        del ex.gather.check
     sampler.check()
     return "ok"
 

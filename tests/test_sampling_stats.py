@@ -213,7 +213,7 @@ def test_filtered_distribution_tp2(seed: int) -> None:
 def test_noise_is_uniform_and_independent() -> None:
     """vLLM's murmur3 uniforms: flat over 256 bins, and no dependence between adjacent
     seeds, adjacent positions or adjacent token ids (16 x 16 joint bins)."""
-    from logits_gather.sampling import rng
+    from logits_gather.sampling import reference
 
     base = random.randrange(2**40)
     ids = torch.arange(512) + random.randrange(10**6)
@@ -221,7 +221,7 @@ def test_noise_is_uniform_and_independent() -> None:
         (torch.arange(base, base + 512), torch.full((512,), 7)),
         (torch.full((512,), base), torch.arange(512)),
     ):
-        u = rng.uniform(seeds, pos, ids).double()
+        u = reference.uniform(seeds, pos, ids).double()
         # The fp32 sum of the two halves rounds to exactly 1 for the top ~2**-25 of
         # hashes (as in vLLM); log1p_neg clamps there, so the Gumbel stays finite.
         assert 0 < float(u.min()) and float(u.max()) <= 1
@@ -231,9 +231,9 @@ def test_noise_is_uniform_and_independent() -> None:
         for joint in (b[:-1] * 16 + b[1:], b[:, :-1] * 16 + b[:, 1:]):
             cells = torch.bincount(joint.flatten(), minlength=256)
             assert chi2_p(cells, torch.full((256,), 1 / 256, dtype=torch.float64)) >= ALPHA
-    g = rng.gumbel(seeds, pos, ids)
+    g = reference.gumbel(seeds, pos, ids)
     assert bool(torch.isfinite(g).all())
-    assert bool(torch.isfinite(rng.log1p_neg(torch.ones(1))).all())
+    assert bool(torch.isfinite(reference.log1p_neg(torch.ones(1))).all())
     gamma = 0.5772156649
     assert abs(float(g.double().mean()) - gamma) < 0.01
     assert abs(float(g.double().var()) - math.pi**2 / 6) < 0.05

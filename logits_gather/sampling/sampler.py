@@ -1,11 +1,9 @@
-"""VocabParallelSampler: greedy, sample and logprobs on vocab shards, and which path
-serves each call.
+"""VocabParallelSampler, and which path serves each call.
 
 Without the fused kernels (no Triton, CPU, ``fused=False`` or
-``LOGITS_GATHER_SAMPLING_TORCH=1``) every call takes the torch-ops path
-(:mod:`.exact`). On the fused path (:mod:`.fused`), ``sample`` routes by its filters,
-after dropping those that are off (``top_k`` 0 or >= V, ``top_p >= 1``, ``min_p <= 0``
-as scalars):
+``LOGITS_GATHER_SAMPLING_TORCH=1``) every call takes the torch-ops path (:mod:`.exact`).
+On the fused path (:mod:`.fused`), ``sample`` routes by its filters, after dropping
+scalars that are off (``top_k`` 0 or >= V, ``top_p >= 1``, ``min_p <= 0``):
 
 | filters | path |
 |---|---|
@@ -16,15 +14,12 @@ as scalars):
 | ``top_p`` (and ``min_p``) | :func:`.fallback.sample` |
 | an int ``top_k`` in 65..V-1 | :func:`.filters.sample` (exact) |
 
-The last two rows' fused kernels fall back to the exact path for rows their
-candidates cannot decide (:mod:`.fallback`); under CUDA graph capture those calls take
-the exact path alone.
+The last two rows' fused kernels fall back to the exact path for rows their candidates
+cannot decide (:mod:`.fallback`); under CUDA graph capture those calls take the exact
+path alone.
 """
 
 from __future__ import annotations
-
-import logging
-from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -34,41 +29,20 @@ from . import checks
 from .exact import exchange, filters, ops
 from .exact.filters import MAX_CANDIDATES
 from .fused import fallback, mailbox, policy
-
-log = logging.getLogger(__name__)
-
-
-class Logprobs(NamedTuple):
-    """``logprobs[i]`` = log_softmax(row i)[token_ids[i]] (fp32); ``top_ids``/``top_logprobs``
-    are the ``top_n`` largest logits of each row, largest first, ties by lower id."""
-
-    logprobs: torch.Tensor
-    top_ids: torch.Tensor
-    top_logprobs: torch.Tensor
+from .reference import Logprobs
 
 
 class VocabParallelSampler:
-    """Sampling operations on ``[M, columns]`` vocab shards; rank ``r`` holds global
-    columns ``r * columns .. (r + 1) * columns - 1``.
+    """Greedy, sample and logprobs on ``[M, columns]`` vocab shards (rank ``r`` holds the
+    global columns ``r * columns ..``). Arguments in :class:`~logits_gather.LogitsGather`'s
+    order and meaning; ``timeout_s``/``on_timeout`` bound the fused kernels' waits.
 
-    Construction is collective over ``group`` (all ranks, same arguments): it
-    builds the exchanges for :meth:`greedy`, :meth:`sample` without filters
-    and :meth:`logprobs` without ``top_n``. The first call with a new ``top_k``
-    size, filter kind (top-p, min-p, per-row tensors) or ``top_n`` may build
-    more exchanges, collectively, so every rank must make the same calls with
-    the same ``M``, filters and ``top_n``; run each variant once before
-    capturing a CUDA graph. ``backend`` is passed to
-    :class:`~logits_gather.LogitsGather`. ``check_values=False`` skips the
-    value checks (one host sync per call; they are also skipped during capture).
-
-    On CUDA with Triton, when every rank's GPU can map its peers' memory (as
-    :class:`~logits_gather.LogitsGather`'s kernel needs) and the group has at most 4
-    ranks, calls run on the fused kernels (the module docstring says which call takes
-    which sequence); ``fused=False``, or ``LOGITS_GATHER_SAMPLING_TORCH=1`` in every rank's
-    environment, forces the torch-ops path (the one CPUs use). ``timeout_s`` and
-    ``on_timeout`` bound the fused kernels' waits for peers as in ``LogitsGather``
-    (defaults from ``LOGITS_GATHER_TIMEOUT_S`` / ``LOGITS_GATHER_ON_TIMEOUT``); see
-    :meth:`check`.
+    Construction is collective over ``group``, and so is the first call with a new
+    ``top_k`` size, filter kind, ``top_n`` or a larger ``M``: every rank makes the same
+    calls, and runs each variant once before capturing a CUDA graph. The fused kernels
+    serve CUDA with Triton when every GPU maps its peers' memory and there are at most 4
+    ranks; ``fused=False`` forces the torch-ops path. ``check_values=False`` skips the value
+    checks (a host sync per call).
     """
 
     def __init__(
@@ -79,95 +53,88 @@ class VocabParallelSampler:
         group: dist.ProcessGroup | None = None,
         *,
         backend: str = "auto",
-        check_values: bool = True,
-        fused: bool = True,
         timeout_s: float | None = None,
         on_timeout: str | None = None,
+        check_values: bool = True,
+        fused: bool = True,
     ) -> None:
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError(
-                "VocabParallelSampler needs torch.distributed to be initialised "
-                "(call torch.distributed.init_process_group first)"
-            )
+        self.world_size: int = checks.world(group, "VocabParallelSampler")
         checks.construction(columns, capacity, backend)
         device, problems = resolve_device(device)
         timeout_s, on_timeout, _, more = resolve_options(timeout_s, on_timeout, False)
         if problems or more:
             raise ValueError("; ".join(problems + more))
         self.group = group
-        self.world_size: int = dist.get_world_size(group)
         self.rank: int = dist.get_rank(group)
-        self.columns = columns
+        self.columns, self.capacity = columns, capacity
         self.vocab = columns * self.world_size
-        self.capacity = capacity
         self.device: torch.device = device
         self.check_values = bool(check_values)
-        self._backend = backend
-        self.grow = False
+        self.timeout_s, self.on_timeout = timeout_s, on_timeout
+        self.grow = False  # the module functions' samplers grow their capacity
         start = self.rank * columns
         self.ids = torch.arange(start, start + columns, dtype=torch.int64, device=device)
         """This rank's global token ids (int64 ``[columns]``), the noise's counters."""
-        self._low = torch.arange(start, start + columns, dtype=torch.int64, device=device)
-        self._low.neg_().add_((1 << 32) - 1)
+        self._low = ((1 << 32) - 1) - self.ids
+        self._backend = backend
         self._exchanges: dict[int, exchange.Exchange] = {}
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
-        self.timeout_s, self.on_timeout = timeout_s, on_timeout
-        self.fused = None
         self.fallback_warm: set[str] = set()  # kinds whose fallback ran once (fallback.py)
         self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (fallback.filled)
+        self.fused = None
         if fused and backend != "torch.distributed":
             self.fused = policy.decide(self, on_timeout == "trap")
         if self.fused is None:
-            for width in (ops.GREEDY_WIDTH, ops.BEST_WIDTH):
-                self.exchange_for(width, capacity)
+            self.exchange_for(ops.GREEDY_WIDTH, capacity)
 
     @property
     def backend(self) -> str:
-        """How ranks exchange values: ``"symm_mem"`` (the fused kernels' mailboxes, or the
-        exchanges' symmetric-memory kernel) or ``"torch.distributed"``."""
+        """``"symm_mem"`` (mailboxes, or the exchanges' kernel) or ``"torch.distributed"``."""
         if self.fused is not None:
             return "symm_mem"
-        return self.exchange_for(ops.GREEDY_WIDTH, 1).backend
+        return self.exchange_for(ops.GREEDY_WIDTH, 1).gather.backend
+
+    @property
+    def exchanges(self) -> tuple[exchange.Exchange, ...]:
+        """The torch-ops path's exchanges built so far, one per payload width."""
+        return tuple(self._exchanges.values())
 
     def box(self, words: int, rows: int) -> mailbox.Mailbox:
         """The fused kernels' mailbox of ``words`` words per rank for ``rows`` rows."""
         return self._boxes.get(words, rows, self.capacity)
 
     def check(self) -> None:
-        """Raises :class:`~logits_gather.PeerTimeoutError` if a fused kernel, or an
-        exchange of the torch-ops path (the fallback's too), timed out waiting for a peer
-        (with ``on_timeout="trap"`` the kernel also aborted). It reads the kernels' status
-        blocks without synchronizing: call it after the work it should judge is done."""
+        """Raises :class:`~logits_gather.PeerTimeoutError` if a fused kernel or an exchange
+        timed out waiting for a peer (no sync: call it after the work to judge)."""
         self._boxes.check()
         for ex in self._exchanges.values():
             ex.gather.check(synchronize=False)
 
     def exchange_for(self, width: int, rows: int) -> exchange.Exchange:
-        """The torch-ops path's exchange of ``width`` fp32 words for ``rows`` rows."""
+        """The exchange of ``width`` fp32 words for ``rows`` rows (collective if built)."""
         ex = self._exchanges.get(width)
         if ex is None or ex.capacity < rows:
             cap = max(rows, self.capacity)
-            ex = exchange.get(width, rows, self.group, self.device, self._backend, capacity=cap)
+            ex = exchange.get(width, rows, self.group, self.device, self._backend, cap)
             self._exchanges[width] = ex
         return ex
 
     def rows(self, shard: torch.Tensor) -> int:
-        """``M`` of a checked ``shard`` (grows the capacity where the sampler may)."""
+        """``M`` of a checked ``shard``; a growing sampler doubles its capacity past it."""
         cap = None if self.grow else self.capacity
         m = checks.shard(shard, columns=self.columns, device=self.device, capacity=cap)
-        if m > self.capacity:  # only when growing: double, so growth stays rare
+        if m > self.capacity:
             self.capacity = max(1 << (m - 1).bit_length(), 2 * self.capacity)
         return m
 
     def greedy(self, shard: torch.Tensor) -> torch.Tensor:
-        """Global argmax ``[M]`` (int64) of the gathered rows, exactly ``torch.argmax``:
-        the lowest global id among equal maxima, the first NaN if a row has one."""
+        """Global argmax ``[M]`` (int64), exactly ``torch.argmax`` of the gathered rows."""
         m = self.rows(shard)
         if self.fused is not None:
             return self.fused.greedy(shard)
         ex = self.exchange_for(ops.GREEDY_WIDTH, m)
         ops.pack_greedy(shard, ex.payload[:m])
-        return ops.combine_greedy(ex.send(m), shard.dtype, self.columns)[0]
+        return ops.combine_greedy(ex.send(m), shard.dtype, self.columns)
 
     def sample(
         self,
@@ -180,52 +147,36 @@ class VocabParallelSampler:
         top_p: float | torch.Tensor | None = None,
         min_p: float | torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Token ``[M]`` (int64) drawn from softmax(logits / T) restricted by the filters.
+        """Tokens ``[M]`` (int64), exactly :func:`.reference.sample` of the gathered rows.
 
-        Exactly :func:`.reference.sample` on the gathered logits, at any tp: vLLM's V2
-        sampling (noise keyed by ``(seed[i], positions[i], token id)``, ``x / T``,
-        min-p), then an exact top-k/top-p of our own (the definition, with every tie
-        rule, is in :mod:`.reference`). ``positions`` is int ``[M]`` (None: zeros).
-        Each filter is None, a scalar or an ``[M]`` tensor; ``top_k`` 0, ``top_p`` 1.0
-        and ``min_p`` 0.0 switch a row's filter off. ``temperature[i] == 0`` gives
-        the greedy token.
+        ``temperature`` float ``[M]`` (0: greedy), ``seed`` and ``positions`` int ``[M]``
+        (None: zeros); each filter None, a scalar or an ``[M]`` tensor, off at ``top_k``
+        0, ``top_p`` 1.0, ``min_p`` 0.0.
         """
-        m = self.rows(shard)
-        dev = self.device
-        t = checks.temperature(temperature, m, dev, self.check_values)
-        seeds = checks.seed(seed, m, dev)
-        pos = checks.positions(positions, m, dev)
-        k = checks.top_k(top_k, m, self.vocab, dev, self.check_values)
-        p = checks.top_p(top_p, m, dev, self.check_values)
-        mp = checks.min_p(min_p, m, dev, self.check_values)
-        return self.sample_rows(shard, t, seeds, pos, k, p, mp)
+        m, cv = self.rows(shard), self.check_values
+        args = (temperature, seed, positions, top_k, top_p, min_p)
+        return self.sample_rows(shard, *checks.sample_args(m, self.vocab, self.device, cv, *args))
 
-    def sample_rows(self, shard: torch.Tensor, t: torch.Tensor, seeds: torch.Tensor,
-                    positions: torch.Tensor, k, p, mp) -> torch.Tensor:  # fmt: skip
-        """:meth:`sample` for checked arguments (``t`` fp32 ``[M, 1]``, ``seeds`` and
-        ``positions`` int64 ``[M]``; ``k`` an int or int64 ``[M]``, ``p`` and ``mp`` floats
-        or ``[M]`` tensors, or None), routed as the module docstring's table says. The
-        fused kernels read seed and position from one int64 ``[M, 2]`` tensor."""
+    def sample_rows(self, shard, t, seeds, positions, k, p, mp) -> torch.Tensor:
+        """:meth:`sample` for arguments as :mod:`.checks` returns them, routed by the
+        module's table."""
         m, fused = shard.shape[0], self.fused
-        if isinstance(k, int) and not 0 < k < self.vocab:
-            k = None
-        if isinstance(p, float) and p >= 1.0:
-            p = None
-        if isinstance(mp, float) and mp <= 0.0:
-            mp = None
+        k = None if isinstance(k, int) and not 0 < k < self.vocab else k  # scalars off
+        p = None if isinstance(p, float) and p >= 1.0 else p
+        mp = None if isinstance(mp, float) and mp <= 0.0 else mp
         if fused is not None and not (isinstance(k, int) and k > MAX_CANDIDATES):
-            rows = torch.stack((seeds, positions), 1)
+            rows = torch.stack((seeds, positions), 1)  # the kernels' seed and position
             if k is None and p is None and mp is None:
                 return fused.sample(shard, t.view(m), rows)
-            if isinstance(k, int):  # top-k, then min-p and/or top-p over the exact top-k set
+            if isinstance(k, int):
                 _, _, pv, mpv = fallback.filter_rows(self, p, mp, m)
                 return fused.sample_topk(shard, t.view(m), rows, k, pv, mpv)
             draw = (seeds, positions, rows)
             if k is not None:
                 return fallback.sample_rows_k(self, shard, t, draw, k, p, mp)
-            if p is not None:  # top-p (+ min-p)
+            if p is not None:
                 return fallback.sample(self, shard, t, draw, p, mp)
-            mpv = fallback.filled(self, mp, m, torch.float32).view(m)  # min-p alone
+            mpv = fallback.filled(self, mp, m, torch.float32).view(m)
             return fused.sample_minp(shard, t.view(m), rows, mpv)
         mp = fallback.rows(mp, m, torch.float32, self.device)
         k = fallback.rows(k, m, torch.int64, self.device)
@@ -233,19 +184,14 @@ class VocabParallelSampler:
         return filters.sample(self, shard, t, seeds, positions, k, p, mp)
 
     def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor, *, top_n: int = 0) -> Logprobs:
-        """log_softmax of the gathered fp32 rows at ``token_ids`` (global ids), plus the
-        ``top_n`` (0..20) most likely tokens; see :class:`Logprobs`.
-
-        One distributed max and log-sum-exp in fp32. Tolerance: ``|err| <= 1e-6 * (1 + |ref|)``
-        against the exact (fp64) log_softmax, and ``|err| <= 2e-5 * (1 + |ref|)`` against
-        ``torch.log_softmax(gathered.float(), 1)`` (whose own fp32 error reaches about
-        6e-6 * (1 + |ref|) on CPU at V = 151552). Rows with NaN or +inf, and rows of
-        all -inf, give NaN as log_softmax does.
+        """fp32 log_softmax of the gathered rows at ``token_ids`` (global ids), and the
+        ``top_n`` (0..20) largest: one distributed max and log-sum-exp. ``|err| <= 1e-6 *
+        (1 + |ref|)`` against fp64; ``<= 2e-5 * (1 + |ref|)`` against fp32 torch (whose own
+        error reaches ``6e-6`` on CPU at V = 151552). NaN in rows with NaN, +inf or all -inf.
         """
         m = self.rows(shard)
         ids = checks.token_ids(token_ids, m, self.vocab, self.device, self.check_values)
-        n = checks.top_n(top_n, self.vocab)
-        return self.logprobs_rows(shard, ids, n)
+        return self.logprobs_rows(shard, ids, checks.top_n(top_n, self.vocab))
 
     def logprobs_rows(self, shard: torch.Tensor, ids: torch.Tensor, n: int) -> Logprobs:
         m = shard.shape[0]
@@ -263,6 +209,3 @@ class VocabParallelSampler:
             f"device={self.device}, rank={self.rank}/{self.world_size}, "
             f"backend={self.backend!r})"
         )
-
-
-__all__ = ["MAX_CANDIDATES", "Logprobs", "VocabParallelSampler"]

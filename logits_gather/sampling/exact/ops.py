@@ -1,20 +1,13 @@
-"""Per-shard reductions (``pack_*``) and cross-rank merges (``combine_*``); no communication.
+"""Per-shard reductions (``pack_*``, into a rank's fp32 payload row) and their cross-rank
+merges (``combine_*``, the same on every rank, over ``g`` ``[M, W, width]``); no
+communication. Payload columns (fp32 words; an int64 field takes two):
 
-A ``pack_*`` function writes a rank's contribution into a row of its fp32
-payload; the exchange gathers the payloads into ``g`` ``[M, W, width]``; the
-matching ``combine_*`` computes, identically on every rank, the answer for the
-whole vocabulary. Payload columns (fp32 units; int64 fields take two):
+- greedy: 0 the row max (in the shard's dtype; fp32 for sample's noisy scores), 2-3 its
+  local index;
+- logprobs: 0 the max, 1 sum exp(x - max), 2 the token's logit, 4.. top-n keys.
 
-==========  ============================================================
-greedy      0: row max in the shard's dtype, 2-3: its local index (int64)
-best        0-3 greedy, 4: best fp32 score, 6-7: its local index (int64)
-logprobs    0: max, 1: sum exp(x - max), 2: token logit, 4..: top-n keys (int64)
-==========  ============================================================
-
-Ties go to the lowest global index everywhere. ``torch.max``/``argmax`` return
-the first maximal (or first NaN) element, ranks are merged in rank order, and
-rank ``r`` holds the global columns ``r * N .. r * N + N - 1``, so composing the
-per-shard and the cross-rank reduction is exactly the reduction over the row.
+``torch.max`` returns the first maximal element (or first NaN) of a shard and ranks merge
+in rank order, so ties go to the lowest global id, exactly as over the whole row.
 """
 
 from __future__ import annotations
@@ -22,19 +15,13 @@ from __future__ import annotations
 import torch
 
 NEG_INF = float("-inf")
-BIG = 1 << 62
-GREEDY_WIDTH = 4
-BEST_WIDTH = 8
+GREEDY_WIDTH = BEST_WIDTH = 4  # sample's best noisy score is a greedy of the scores
 _LOW32 = (1 << 32) - 1
 _CANONICAL_NAN = 0x7FC00000
 
 
 def slots(count: int, cap: int) -> int:
-    """Payload slots for ``count`` entries: the next power of two, at most ``cap``.
-
-    Bucketing bounds the number of exchange widths (each one is a collective
-    setup and a kernel compile); unused slots hold padding that never wins.
-    """
+    """The next power of two >= ``count``, at most ``cap`` (few widths, few builds)."""
     return min(1 << max(count - 1, 0).bit_length(), cap) if count else 0
 
 
@@ -53,40 +40,24 @@ def _pick(values: torch.Tensor, index: torch.Tensor, columns: int) -> torch.Tens
 
 
 def _store_max(x: torch.Tensor, values: torch.Tensor, index: torch.Tensor) -> None:
-    # Not ``out=(values, index)``: CUDA's reduction insists that both outputs
-    # share strides, and these payload views (fp32 and int64 words) do not.
+    # Not out=(values, index): CUDA wants both outputs to share strides, these views do not.
     v, i = torch.max(x, 1)
     values.copy_(v)
     index.copy_(i)
 
 
-def pack_greedy(shard: torch.Tensor, payload: torch.Tensor) -> None:
-    _store_max(shard, payload.view(shard.dtype)[:, 0], _i64(payload)[:, 1])
+def pack_greedy(x: torch.Tensor, payload: torch.Tensor) -> None:
+    _store_max(x, payload.view(x.dtype)[:, 0], _i64(payload)[:, 1])
 
 
-def combine_greedy(
-    g: torch.Tensor, dtype: torch.dtype, columns: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns the global argmax ``[M]`` and the per-rank maxima ``[M, W]``."""
-    values = g.view(dtype)[..., 0]
-    return _pick(values, _i64(g)[..., 1], columns), values
-
-
-def pack_best(scores: torch.Tensor, payload: torch.Tensor) -> None:
-    _store_max(scores, payload[:, 4], _i64(payload)[:, 3])
-
-
-def combine_best(g: torch.Tensor, columns: int) -> torch.Tensor:
-    return _pick(g[..., 4], _i64(g)[..., 3], columns)
+def combine_greedy(g: torch.Tensor, dtype: torch.dtype, columns: int) -> torch.Tensor:
+    """The global argmax ``[M]``."""
+    return _pick(g.view(dtype)[..., 0], _i64(g)[..., 1], columns)
 
 
 def sort_keys(xf: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
-    """int64 keys ordered like (logit descending, global index ascending).
-
-    The high 32 bits are the fp32 bits mapped to an order-preserving signed
-    int (``-0.0`` as ``+0.0``, every NaN as one NaN above ``+inf``, as
-    ``torch.sort`` orders them); ``low`` is ``2**32 - 1 - global index``.
-    """
+    """int64 keys ordered like (logit descending, global id ascending) as ``torch.sort``
+    (every NaN one value above +inf, -0.0 as +0.0); ``low`` is ``2**32 - 1 - global id``."""
     bits = xf.add(0.0).view(torch.int32).to(torch.int64)
     bits.masked_fill_(xf.isnan(), _CANONICAL_NAN)
     bits = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
@@ -100,15 +71,8 @@ def decode_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return bits.view(torch.float32), _LOW32 - (keys & _LOW32)
 
 
-def pack_logprobs(
-    xf: torch.Tensor,
-    local_ids: torch.Tensor,
-    n: int,
-    room: int,
-    payload: torch.Tensor,
-    low: torch.Tensor,
-) -> None:
-    m, columns = xf.shape
+def pack_logprobs(xf, local_ids, n: int, room: int, payload, low) -> None:
+    columns = xf.shape[1]
     row_max = payload[:, 0]
     torch.amax(xf, 1, out=row_max)
     # A shard of -inf contributes exp(-inf) = 0, not exp(-inf - -inf) = NaN.
@@ -122,10 +86,8 @@ def pack_logprobs(
         keys[:, :nn].copy_(sort_keys(xf, low).topk(nn, 1, sorted=False).values)
 
 
-def combine_logprobs(
-    g: torch.Tensor, token_ids: torch.Tensor, n: int, room: int, columns: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Returns (token logprobs ``[M]``, top ids ``[M, n]``, top logprobs ``[M, n]``)."""
+def combine_logprobs(g: torch.Tensor, token_ids: torch.Tensor, n: int, room: int, columns: int):
+    """(token logprobs ``[M]``, top ids ``[M, n]``, top logprobs ``[M, n]``)."""
     m, w, _ = g.shape
     row_max, sums, logit = g[..., 0], g[..., 1], g[..., 2]
     big = row_max.amax(1, keepdim=True)
