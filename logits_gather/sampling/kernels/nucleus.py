@@ -197,7 +197,7 @@ def _nucleus_row(
     lam = tl.full((), DONE, tl.int32)
     thr = tl.full((), 0, tl.int64)
     if not use_greedy(t, gbest):
-        if ROWK:  # a per-row k: rows with it on (0 < k < V) are top-k's (rowk.py)
+        if ROWK:  # a per-row k: rows with it on (0 < k < V) take nucleus_k_row
             kr = tl.load(k_ptr + row)
             if (kr > 0) & (kr < V):
                 tok = nucleus_k_row(cand, on, w, ok, gbest, t, p, kr, seed_ptr, row, need_ptr,

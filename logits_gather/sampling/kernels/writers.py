@@ -5,21 +5,17 @@ keeps them in registers and stores ``F`` words into every rank's mailbox (:mod:`
 ``OWN + HEAD + split * F ..``, ``OWN`` this rank's part of the row. Each ``*_write`` is one
 program's work, shared with the one-launch kernels (:mod:`.finals`). Words per split:
 
-=================  ==================================================  ======  ====
-kernel             words per split                                     ``F``   HEAD
-=================  ==================================================  ======  ====
-greedy_local       key(x max)                                          1       0
-sample_local       key(x max), key(best g)                             2       0
-minp_local         global key(x max), key(best g among kept)           2       0
-logprobs_local     (max, sum exp) fp32 pair, top_n keys (x, j)         1 + NP  1
-topk_probe         key(x max), key(s max) of each of G column groups   1 + G   0
-topk_local         tie word, floor, candidate keys (s, j) in KP slots  2 + KP  0
-nucleus_local      sum of q, largest s left out, best, SLOTS keys      3 + S   0
-again_local        count, SLOTS keys                                   1 + S   0
-=================  ==================================================  ======  ====
+==============  ==========================================  ======  ====
+kernel          words per split                             ``F``   HEAD
+==============  ==========================================  ======  ====
+greedy_local    key(x max)                                  1       0
+sample_local    key(x max), key(best g)                     2       0
+minp_local      global key(x max), key(best g among kept)   2       0
+logprobs_local  (max, sum exp) fp32 pair, top_n keys (x, j) 1 + NP  1
+==============  ==========================================  ======  ====
 
-The last four are in :mod:`.topk` and :mod:`.nucleus`; logprobs' head word is the token's
-logit, stored by split 0 of each rank.
+logprobs' head word is the token's logit, stored by split 0 of each rank. Top-k's and
+top-p's layouts are in :mod:`.topk` and :mod:`.nucleus`.
 """
 
 from __future__ import annotations
