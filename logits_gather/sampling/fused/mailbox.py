@@ -34,7 +34,7 @@ class Mailbox:
         timeout_s: float,
         trap: bool,
     ) -> None:
-        self.words, self.capacity, self.device = words, capacity, device
+        self.words, self.capacity = words, capacity
         self.row_elems = 2 * words
         self.parity_stride = capacity * self.row_elems
         world = dist.get_world_size(group)
