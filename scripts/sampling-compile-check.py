@@ -2,7 +2,7 @@
 registers and spills: ``PYTHONPATH=. python scripts/sampling-compile-check.py``.
 
 It also fails a multi-warp kernel with a poll loop that one warp can leave alone
-(:func:`logits_gather.sampling.fused.polls.warp_local_polls`; ``logits_gather.sampling.kernels.ll``,
+(:func:`tests.sampling_polls.warp_local_polls`; ``logits_gather.sampling.kernels.ll``,
 "Uniform polls")."""
 
 from __future__ import annotations
@@ -19,13 +19,7 @@ from triton.compiler import ASTSource, compile
 
 from logits_gather.sampling.kernels import finals as F
 from logits_gather.sampling.kernels import keys as E
-from logits_gather.sampling.kernels import logprob_writer as L
 from logits_gather.sampling.kernels import nucleus as N
-from logits_gather.sampling.kernels import overflow as V
-from logits_gather.sampling.kernels import rowk as R
-from logits_gather.sampling.kernels import single as O
-from logits_gather.sampling.kernels import single as SF
-from logits_gather.sampling.kernels import spill as S
 from logits_gather.sampling.kernels import topk as T
 from logits_gather.sampling.kernels import writers as K
 from tests.sampling_polls import warp_local_polls
@@ -46,8 +40,8 @@ TYPES = {
 KNOWN_SPILLS = ("topk_final CAND=64", "topk_one")
 """Variants whose spills do not fail the check: top-k's final row work over tp=2's 64
 candidate lanes of 64 slots at 8 warps hits 255 registers and spills (32 to 112 bytes
-with triton 3.6, alone or after the overflow writer in one launch). Found in session 15;
-its device time was measured with the spill (docs/design.md)."""
+with triton 3.6, alone or after the overflow writer in one launch).
+Its device time was measured with the spill (docs/design.md)."""
 
 
 def _sig(fn, x: str, const: dict) -> dict:
@@ -68,32 +62,32 @@ def variants():
         x, bits = f"*{dt}", 16 if dt == "bf16" else 32
         yield "greedy_local", K.greedy_local, x, local, 8
         yield "sample_local", K.sample_local, x, local, 8
-        yield "topk_probe G=8", K.topk_probe, x, dict(local, G=8), 8
+        yield "topk_probe G=8", T.topk_probe, x, dict(local, G=8), 8
         for kp in (2, 64):
             yield f"topk_local KP={kp}", T.topk_local, x, dict(local, KP=kp), 8
             for rowk in (False, True):
                 consts = dict(local, KP=kp, BITS=bits, ROWK=rowk, SP=32)
-                yield f"topk_overflow KP={kp} ROWK={rowk}", V.topk_overflow, x, consts, 8
+                yield f"topk_overflow KP={kp} ROWK={rowk}", T.topk_overflow, x, consts, 8
             for minp in (False, True):
                 consts = dict(local, KP=kp, KMAX=64, MINP=minp)
-                yield f"rowk_local KP={kp} MINP={minp}", R.rowk_local, x, consts, 8
+                yield f"rowk_local KP={kp} MINP={minp}", T.rowk_local, x, consts, 8
         yield "scores_kernel", E.scores_kernel, x, {"BLOCK": 4096}, 8
         yield "minp_local", K.minp_local, x, local, 8
         for np_ in (0, 32):
             consts = dict(local, NP=np_, XBITS=bits)
-            yield f"logprobs_local NP={np_}", L.logprobs_local, x, consts, 8
+            yield f"logprobs_local NP={np_}", K.logprobs_local, x, consts, 8
         for minp, rowk in ((False, False), (True, False), (True, True)):
             narrow = dict(local, BLOCK=2048, THREADS=128, SLOTS=55, MINP=minp, ROWK=rowk)
             yield f"nucleus_local MINP={minp} ROWK={rowk}", N.nucleus_local, x, narrow, 4
         again = dict(local, BLOCK=2048, THREADS=128, SLOTS=55)
-        yield "again_local", S.again_local, x, again, 4
-        yield from _ones(x, bits, dict(local, CAND=64, TRAP=True))  # one launch (single.py)
+        yield "again_local", N.again_local, x, again, 4
+        yield from _ones(x, bits, dict(local, CAND=64, TRAP=True))  # one launch (kernels/finals.py)
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
     for rowk, bits in ((False, 16), (True, 16), (False, 32)):
         reduce = dict(final, G=8, THREADS=128, ROWK=rowk, BITS=bits)
-        yield f"topk_reduce G=8 ROWK={rowk} BITS={bits}", F.topk_reduce, None, reduce, 4
+        yield f"topk_reduce G=8 ROWK={rowk} BITS={bits}", T.topk_reduce, None, reduce, 4
     yield "sample_final", F.sample_final, None, final, 1
     for topp, minp, rowk, xb, plain in ((0, 0, 0, 16, 0), (1, 0, 0, 16, 0), (1, 1, 1, 16, 0),
                                         (1, 0, 0, 32, 0), (0, 1, 1, 16, 1)):  # fmt: skip
@@ -107,10 +101,10 @@ def variants():
     yield "logprobs_final NP=32", F.logprobs_final, None, dict(final, NP=32, THREADS=128), 4
     for xb in (16, 32):
         nf = dict(final, CAND=128, SLOTS=55, LANES=4096, THREADS=256, XBITS=xb)
-        for rowk in (False, True):  # a per-row k with top-p (rowk.py)
+        for rowk in (False, True):  # a per-row k with top-p (nucleus_k_row)
             nfk = dict(nf, ROWK=rowk)
             yield f"nucleus_final XBITS={xb} ROWK={rowk}", N.nucleus_final, None, nfk, 8
-        yield f"again_final XBITS={xb}", S.again_final, None, nf, 8
+        yield f"again_final XBITS={xb}", N.again_final, None, nf, 8
     # A small vocabulary (the GPU tests' 4099 columns per rank at tp=2): fewer splits
     # than threads, so the polls' words are replicated across warps. Checked for their
     # polls only: spills there cost no production time.
@@ -118,40 +112,40 @@ def variants():
     for rowk in (False, True):
         name = "nucleus_final ROWK small" if rowk else "nucleus_final small"
         yield name, N.nucleus_final, None, dict(small, ROWK=rowk), 8
-    yield "again_final small", S.again_final, None, small, 8
+    yield "again_final small", N.again_final, None, small, 8
     reduce = dict(final, CAND=8, G=8, THREADS=128, ROWK=True, BITS=16)
-    yield "topk_reduce small", F.topk_reduce, None, reduce, 4
+    yield "topk_reduce small", T.topk_reduce, None, reduce, 4
     tf = dict(final, CAND=8, KP=2, THREADS=256, TOPP=1, MINP=1, ROWK=1, XBITS=16, PLAIN=0)
     yield "topk_final small", T.topk_final, None, tf, 8
     yield "logprobs_final small", F.logprobs_final, None, dict(final, CAND=8, NP=8, THREADS=128), 4
     one = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256, "CAND": 8, "TRAP": True}
-    yield "greedy_one small", O.greedy_one, "*bf16", dict(one, KEY=False), 8
-    yield "logprobs_one small", O.logprobs_one, "*bf16", dict(one, NP=0, XBITS=16), 8
+    yield "greedy_one small", F.greedy_one, "*bf16", dict(one, KEY=False), 8
+    yield "logprobs_one small", F.logprobs_one, "*bf16", dict(one, NP=0, XBITS=16), 8
     probe = dict(one, G=8, ROWK=True, BITS=16, THREADS=64)  # the plan's probe_one there
-    yield "probe_one small", SF.probe_one, "*bf16", probe, 2
+    yield "probe_one small", T.probe_one, "*bf16", probe, 2
     tk = dict(one, KP=2, BITS=16, ROWK=True, SP=2, TOPP=1, MINP=1, THREADS=32, PLAIN=False)
-    yield "topk_one small", SF.topk_one, "*bf16", tk, 1
+    yield "topk_one small", T.topk_one, "*bf16", tk, 1
 
 
 def _ones(x: str, bits: int, one: dict):
-    """The one-launch variants (single.py) over ``one``'s constants."""
+    """The one-launch variants (kernels/finals.py) over ``one``'s constants."""
     tag = ""
-    yield f"greedy_one{tag}", O.greedy_one, x, dict(one, KEY=False), 8
-    yield f"greedy_one KEY{tag}", O.greedy_one, x, dict(one, KEY=True), 8
+    yield f"greedy_one{tag}", F.greedy_one, x, dict(one, KEY=False), 8
+    yield f"greedy_one KEY{tag}", F.greedy_one, x, dict(one, KEY=True), 8
     one_narrow = dict(one, BLOCK=2048, THREADS=128, CAND=128)
-    yield f"sample_one{tag}", O.sample_one, x, one_narrow, 4
-    yield f"logprobs_one NP=0{tag}", O.logprobs_one, x, dict(one, NP=0, XBITS=bits), 8
-    yield f"logprobs_one NP=8{tag}", O.logprobs_one, x, dict(one_narrow, NP=8, XBITS=bits), 4
-    yield f"minp_one{tag}", SF.minp_one, x, one_narrow, 4
-    for rowk in (False, True):  # single.py, tp=2's top_k=50 plan
+    yield f"sample_one{tag}", F.sample_one, x, one_narrow, 4
+    yield f"logprobs_one NP=0{tag}", F.logprobs_one, x, dict(one, NP=0, XBITS=bits), 8
+    yield f"logprobs_one NP=8{tag}", F.logprobs_one, x, dict(one_narrow, NP=8, XBITS=bits), 4
+    yield f"minp_one{tag}", F.minp_one, x, one_narrow, 4
+    for rowk in (False, True):  # one launch, tp=2's top_k=50 plan
         probe = dict(one, G=8, ROWK=rowk, BITS=bits)
-        yield f"probe_one G=8 ROWK={rowk}{tag}", SF.probe_one, x, probe, 8
+        yield f"probe_one G=8 ROWK={rowk}{tag}", T.probe_one, x, probe, 8
         for topp, minp in ((0, 0), (1, 1)):
             tk = dict(one, KP=64, BITS=bits, ROWK=rowk, SP=32, TOPP=topp, MINP=minp, PLAIN=False)
-            yield f"topk_one KP=64 ROWK={rowk} TOPP={topp}{tag}", SF.topk_one, x, tk, 8
-            if rowk and not topp:  # a per-row k without top-p (rowk.py)
+            yield f"topk_one KP=64 ROWK={rowk} TOPP={topp}{tag}", T.topk_one, x, tk, 8
+            if rowk and not topp:  # a per-row k without top-p (nucleus_k_row)
                 tk = dict(tk, PLAIN=True)
-                yield f"topk_one KP=64 ROWK=True PLAIN{tag}", SF.topk_one, x, tk, 8
+                yield f"topk_one KP=64 ROWK=True PLAIN{tag}", T.topk_one, x, tk, 8
 
 
 def _usage(cubin: bytes) -> tuple[int, int]:

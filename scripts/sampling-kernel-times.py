@@ -7,7 +7,7 @@ V=151552) with a local mailbox. For each operation it prints microseconds per
 launch under CUDA-graph replay of: the local kernel alone (it may be replayed:
 it does not advance epochs), and the whole operation (local and final kernels;
 the final's cost is the difference), and greedy, sample, logprobs and min-p again as
-one launch (:mod:`logits_gather.sampling.kernels.single`). ``--kernels`` also prints
+one launch (:mod:`logits_gather.sampling.kernels.finals`). ``--kernels`` also prints
 each whole operation's
 kernels with their GPU times (torch.profiler). No NVLink: add the exchange's latency.
 """
@@ -19,7 +19,9 @@ import statistics
 
 import torch
 
-from logits_gather.sampling.fused import filtered as fused
+from logits_gather.sampling.fused import rounds as fused
+from logits_gather.sampling.kernels import nucleus as N
+from logits_gather.sampling.kernels import topk, writers
 from tests.emulated import Ranks
 
 
@@ -83,16 +85,23 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     out["top_p=0.9 rows undecided"] = float((tok < 0).sum())
     nucleus = {"SLOTS": f.nucleus_slots, "MINP": False}
     locals_ = {
-        "greedy": (f.k.greedy_local, (), "greedy", 0, (), {}),
-        "sample": (f.k.sample_local, (t, seed), "sample", 0, (), {}),
-        "topk_probe G=8": (f.k.topk_probe, (), "probe", 8, (), {"G": 8}),
-        "logprobs": (f.lw.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0, "XBITS": 16}),
-        "logprobs_n5": (f.lw.logprobs_local, (ids,), "logprobs", 8, (5,), {"NP": 8, "XBITS": 16}),
+        "greedy": (writers.greedy_local, (), "greedy", 0, (), {}),
+        "sample": (writers.sample_local, (t, seed), "sample", 0, (), {}),
+        "topk_probe G=8": (topk.topk_probe, (), "probe", 8, (), {"G": 8}),
+        "logprobs": (writers.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0, "XBITS": 16}),
+        "logprobs_n5": (
+            writers.logprobs_local,
+            (ids,),
+            "logprobs",
+            8,
+            (5,),
+            {"NP": 8, "XBITS": 16},
+        ),
     }
     lam = torch.empty(m, dtype=torch.int32, device=device)
     topp_flags = torch.empty(2, dtype=torch.bool, device=device)  # need, more
     head = (t, seed, p90, p90, gkey, lam, topp_flags)
-    locals_["nucleus (top_p)"] = (f.n.nucleus_local, head, "nucleus", 0, (), nucleus)
+    locals_["nucleus (top_p)"] = (N.nucleus_local, head, "nucleus", 0, (), nucleus)
     for name, (fn, head, op, room, tail, consts) in locals_.items():
         out[f"{name} local"] = _time(
             lambda: f.local(fn, x, head, op, room, tail, consts)  # noqa: B023 - run at once
@@ -100,15 +109,15 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
 
     def topk_round1(k: int = 50) -> torch.Tensor:  # as Fused.sample: the probe and the reduce
         plan = f.wide.topk(k)
-        mb = f.local(f.k.topk_probe, x, (), "probe", plan.g, (), {"G": plan.g}, plan.probe)
+        mb = f.local(topk.topk_probe, x, (), "probe", plan.g, (), {"G": plan.g}, plan.probe)
         gbest, low = f.empty(x), f.empty(x, torch.int32)
         consts = {"G": plan.g, "ROWK": False, "BITS": 16}  # x is bfloat16
-        f.final(f.f.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), consts, plan.reduce)
+        f.final(topk.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), consts, plan.reduce)
         return low
 
     def topk_round2(k: int = 50) -> None:  # round 2's writer alone (after round 1 above)
         plan = f.wide.topk(k)
-        f.local(f.t.topk_local, x, (t, low_k50, flags), "sample_k", plan.kp, (), {"KP": plan.kp})
+        f.local(topk.topk_local, x, (t, low_k50, flags), "sample_k", plan.kp, (), {"KP": plan.kp})
 
     low_k50 = topk_round1()
     flags = torch.zeros(m * f.wide.splits, dtype=torch.int32, device=device)
@@ -133,7 +142,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         if KERNELS:
             parts = " ".join(f"{k}={us:.1f}" for k, us in _kernels(fn))
             print(f"M={m} {name} ({out[f'{name} all']:.1f} us): {parts}", flush=True)
-    f.single_rows, f.single_in_graphs = m, True  # one launch each (single.py)
+    f.single_rows, f.single_in_graphs = m, True  # one launch each (kernels/finals.py)
     ones = ("greedy", "sample", "logprobs", "logprobs_n5", "sample_minp", "sample_k50")
     for name in ones:
         out[f"{name} one launch"] = _time(whole[name])

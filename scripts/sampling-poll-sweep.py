@@ -1,6 +1,6 @@
 """Compiles every waiting (final) kernel of the fused sampling path at the geometries the
 sampler derives for each vocabulary and tp, for sm_90 (no GPU needed), and fails any
-whose poll loop one warp can leave alone (:mod:`logits_gather.sampling.fused.polls`, the
+whose poll loop one warp can leave alone (:mod:`tests.sampling_polls`, the
 check the launcher makes at first launch). Registers and spills are
 ``scripts/sampling-compile-check.py``'s job.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from triton.compiler import ASTSource, compile
 
-from logits_gather.sampling.fused.geometry import (
+from logits_gather.sampling.fused.launch import (
     FINAL_WARPS,
     NARROW,
     NUCLEUS_LANES,
@@ -30,9 +30,6 @@ from logits_gather.sampling.fused.geometry import (
 )
 from logits_gather.sampling.kernels import finals as F
 from logits_gather.sampling.kernels import nucleus as N
-from logits_gather.sampling.kernels import single as O
-from logits_gather.sampling.kernels import single as SF
-from logits_gather.sampling.kernels import spill as S
 from logits_gather.sampling.kernels import topk as T
 from tests.sampling_polls import warp_local_polls
 
@@ -55,8 +52,8 @@ def finals(columns: int, world: int):
         plan = wide.topk(k)
         for rowk in (False, True):
             reduce = dict(base, CAND=wide.cand, G=plan.g, ROWK=rowk, BITS=16)
-            yield f"topk_reduce k={k} rowk={rowk}", F.topk_reduce, reduce, plan.reduce
-            for topp, minp in ((0, 0), (1, 1)):  # a per-row k without top-p: PLAIN (rowk.py)
+            yield f"topk_reduce k={k} rowk={rowk}", T.topk_reduce, reduce, plan.reduce
+            for topp, minp in ((0, 0), (1, 1)):  # a per-row k without top-p: PLAIN (nucleus_k_row)
                 tf = dict(base, CAND=wide.cand, KP=plan.kp, TOPP=topp, MINP=minp, ROWK=rowk,
                           PLAIN=rowk and not topp)  # fmt: skip
                 yield (
@@ -68,14 +65,14 @@ def finals(columns: int, world: int):
     slots = max(1, min(64, NUCLEUS_LANES // narrow.c))
     lanes = pow2(narrow.c * slots)
     nf = dict(base, CAND=narrow.cand, SLOTS=slots, LANES=lanes, XBITS=16)
-    for rowk in (False, True):  # a per-row k with top-p (rowk.py)
+    for rowk in (False, True):  # a per-row k with top-p (nucleus_k_row)
         nfk = dict(nf, ROWK=rowk)
         yield f"nucleus_final rowk={rowk}", N.nucleus_final, nfk, select_warps(lanes, FINAL_WARPS)
-    yield "again_final", S.again_final, nf, select_warps(lanes, FINAL_WARPS)
+    yield "again_final", N.again_final, nf, select_warps(lanes, FINAL_WARPS)
     for n in TOP_NS:
         lp = dict(base, CAND=narrow.cand, NP=room(n))
         yield f"logprobs_final top_n={n}", F.logprobs_final, lp, 4
-    # The one-launch kernels (single.py) wait inside their writers' geometry.
+    # The one-launch kernels (kernels/finals.py) wait inside their writers' geometry.
     yield from _ones(wide, narrow, base, world)
 
 
@@ -83,25 +80,25 @@ def _ones(wide, narrow, base: dict, world: int):
     tag = ""
     one = dict(base, BLOCK=wide.block, WORLD=world, CAND=wide.cand)
     one_n = dict(base, BLOCK=narrow.block, WORLD=world, CAND=narrow.cand)
-    yield f"greedy_one{tag}", O.greedy_one, dict(one, KEY=False), wide.warps
-    yield f"sample_one{tag}", O.sample_one, one_n, narrow.warps
-    yield f"logprobs_one top_n=0{tag}", O.logprobs_one, dict(one, NP=0, XBITS=16), wide.warps
+    yield f"greedy_one{tag}", F.greedy_one, dict(one, KEY=False), wide.warps
+    yield f"sample_one{tag}", F.sample_one, one_n, narrow.warps
+    yield f"logprobs_one top_n=0{tag}", F.logprobs_one, dict(one, NP=0, XBITS=16), wide.warps
     for n in TOP_NS:
         lp = dict(one_n, NP=room(n), XBITS=16)
-        yield f"logprobs_one top_n={n}{tag}", O.logprobs_one, lp, narrow.warps
-    yield f"minp_one{tag}", SF.minp_one, one_n, narrow.warps
-    for k in KS:  # single.py: warps from the plan (0: two launches there)
+        yield f"logprobs_one top_n={n}{tag}", F.logprobs_one, lp, narrow.warps
+    yield f"minp_one{tag}", F.minp_one, one_n, narrow.warps
+    for k in KS:  # kernels/finals.py: warps from the plan (0: two launches there)
         plan = wide.topk(k)
         for rowk in (False, True):
             probe = dict(one, G=plan.g, ROWK=rowk, BITS=16)
             if plan.probe_one:
-                yield f"probe_one k={k} rowk={rowk}{tag}", SF.probe_one, probe, plan.probe_one
+                yield f"probe_one k={k} rowk={rowk}{tag}", T.probe_one, probe, plan.probe_one
             tk = dict(one, KP=plan.kp, BITS=16, ROWK=rowk, SP=pow2(wide.splits), TOPP=1, MINP=1,
                       PLAIN=False)  # fmt: skip
-            yield f"topk_one k={k} rowk={rowk}{tag}", SF.topk_one, tk, plan.final_one
-            if rowk:  # without top-p: the off rows sample here (rowk.py)
+            yield f"topk_one k={k} rowk={rowk}{tag}", T.topk_one, tk, plan.final_one
+            if rowk:  # without top-p: the off rows sample here (nucleus_k_row)
                 tk = dict(tk, TOPP=0, PLAIN=True)
-                yield f"topk_one k={k} rowk plain{tag}", SF.topk_one, tk, plan.final_one
+                yield f"topk_one k={k} rowk plain{tag}", T.topk_one, tk, plan.final_one
 
 
 def main() -> int:

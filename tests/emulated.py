@@ -1,6 +1,6 @@
 """Ranks of the fused sampling path emulated in one process.
 
-Each emulated rank has its own :class:`~logits_gather.sampling.fused.filtered.Fused` and its
+Each emulated rank has its own :class:`~logits_gather.sampling.fused.rounds.Fused` and its
 own copy of every mailbox; every copy's peer table lists all ranks' copies, so the
 real kernels run the real exchange. On a GPU each rank launches on its own CUDA
 stream: a rank's waiting kernel spins while the other ranks' writers run, as it
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from logits_gather.sampling.fused import filtered as fused
+from logits_gather.sampling.fused import rounds as fused
 
 
 class Box:
@@ -68,7 +68,9 @@ class Ranks:
             half = max(1, sms // (2 * world))
         if wait_ctas is None:  # 0: one CTA per row
             wait_ctas = half
-        if single_rows is None:  # one launch (single.py) up to this M, as the sampler's rule
+        if (
+            single_rows is None
+        ):  # one launch (kernels/finals.py) up to this M, as the sampler's rule
             single_rows = half
         self.fused = [
             fused.Fused(
@@ -122,8 +124,8 @@ class Ranks:
 
     def warm(self, call: Callable[[fused.Fused, int], Any]) -> None:
         """Loads every kernel ``call`` launches (see :meth:`_warm`): first as two launches
-        per round, so that every kernel but the one-launch ones (:mod:`.single`,
-        :mod:`.single`) is loaded; then as the ranks run it, with the one-launch
+        per round, so that every kernel but the one-launch ones (the ``*_one``
+        kernels) is loaded; then as the ranks run it, with the one-launch
         kernels held back like the waiting ones."""
         saved = [f.single_rows for f in self.fused]
         for f in self.fused:

@@ -80,7 +80,7 @@ def main() -> int:
             )
             tok = f.sample_topk(x, t, sp, k, None, None)
             wrong += int((tok != reference.sample(x, t, seed, pos, top_k=k)).sum())
-            # A per-row k whose rows turn top-k off (0 or V) in top-k's launches (rowk.py),
+            # A per-row k whose rows turn top-k off (0 or V) in top-k's launches (topk.rowk_local),
             # with min-p on odd trials.
             pick = torch.randint(0, 5, (M,), device=dev, generator=gen)
             kr = torch.tensor([0, 1, k, 64, N], device=dev)[pick]
@@ -89,7 +89,7 @@ def main() -> int:
             tok = f.sample_topk(x, t, sp, kr, None, mpr, need)
             want = reference.sample(x, t, seed, pos, top_k=torch.where(kr >= N, 0, kr), min_p=mpr)
             wrong += int((tok != want).sum()) + int(need)
-            # A per-row k (any value) with top-p in top-p's launches (rowk.py): decided rows.
+            # A per-row k (any value) with top-p in top-p's launches (nucleus_k_row): decided rows.
             kr = torch.tensor([0, 1, k, 64, N, 300], device=dev)[pick]
             tok, _, second_round = f.topp_rounds(x, t, sp, p, mpr, kr)
             second_round()  # always

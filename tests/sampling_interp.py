@@ -27,17 +27,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from logits_gather.sampling import reference  # noqa: E402
-from logits_gather.sampling.fused import filtered as fused  # noqa: E402
-from logits_gather.sampling.fused import geometry, launcher  # noqa: E402
-from logits_gather.sampling.kernels import (  # noqa: E402
-    finals,
-    keys,
-    logprob_writer,
-    masses,
-    nucleus,
-    topk,
-)
-from logits_gather.sampling.kernels import writers as kernels  # noqa: E402
+from logits_gather.sampling.fused import launch  # noqa: E402
+from logits_gather.sampling.fused import rounds as fused  # noqa: E402
+from logits_gather.sampling.kernels import finals, keys, nucleus, topk, writers  # noqa: E402
 from tests.emulated import Box  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -46,13 +38,10 @@ CPU = torch.device("cpu")
 # The interpreter has no libdevice: tl.math's log, exp, floor and ceil are numpy's there
 # (so this checks the logic, not the GPU's bits).
 _Libdevice = tl.math
-logprob_writer.libdevice = _Libdevice
-keys.libdevice = _Libdevice
-finals.libdevice = _Libdevice
-masses.libdevice = _Libdevice
-kernels.libdevice = nucleus.libdevice = topk.libdevice = _Libdevice  # min-p's log
+keys.libdevice = finals.libdevice = writers.libdevice = _Libdevice
+nucleus.libdevice = topk.libdevice = _Libdevice
 _LOCK = threading.Lock()
-_launch = launcher.Launcher.__call__
+_launch = launch.Launcher.__call__
 
 
 def _locked(self, *args):
@@ -60,11 +49,11 @@ def _locked(self, *args):
         _launch(self, *args)
 
 
-launcher.Launcher.__call__ = _locked
+launch.Launcher.__call__ = _locked
 
 
 def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: bool = False) -> int:
-    """``single``: one launch per round (:mod:`.single`: greedy,
+    """``single``: one launch per round (``*_one`` kernels: greedy,
     sample, logprobs, min-p, top-k; world 1 only: here a waiting program cannot wait for
     a kernel that runs after its own)."""
     gen = torch.Generator().manual_seed(seed)
@@ -111,13 +100,13 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
     rowk = torch.tensor([(1, 5, 64, 20, 3)[i % 5] for i in range(m)], dtype=torch.int64)
     ops += [("topk_f", (rowk, None, None)), ("topk_f", (rowk, mixed, 0.05))]
     ops += [("topk_f", (20, mixed.float(), None))]
-    # Per-row k with rows off (0, >= V) in top-k's launches (rowk.py), and rows beyond
+    # Per-row k with rows off (0, >= V) in top-k's launches (topk.rowk_local), and rows beyond
     # the fused path (64 < k < V: junk tokens, need set).
     off = torch.tensor([(0, 5, v, 64, 1, v + 3, 0, 20)[i % 8] for i in range(m)], dtype=torch.int64)
     far = off.clone()
     far[m // 2] = min(65, v - 1)
     ops += [("rowk", (off, None)), ("rowk", (off, 0.05)), ("rowk", (far, None))]
-    # Per-row k with top-p in top-p's launches (rowk.py): any k, decided from candidates
+    # Per-row k with top-p in top-p's launches (nucleus_k_row): any k, decided from candidates
     pk = torch.tensor([(5, 0, 64, v, 1, 300, 0, 20, 65)[i % 9] for i in range(m)])
     ops += [("rowkp", (pk, mixed, None)), ("rowkp", (pk, mixed, 0.05)), ("rowkp", (pk, 0.9, None))]
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
@@ -304,13 +293,13 @@ def _call(f, op, arg, shard, temp, seeds, ids):
 def _decode_kernel(cand_ptr, t, u_ptr, nbytes_ptr, N: tl.constexpr, XBITS: tl.constexpr):
     i = tl.arange(0, N)
     cand = tl.load(cand_ptr + i)
-    _, _, u, nbytes = masses.decode_keys(cand, t, cand != keys.KEY_MIN, XBITS)
+    _, _, u, nbytes = keys.decode_keys(cand, t, cand != keys.KEY_MIN, XBITS)
     tl.store(u_ptr + i, u)
     tl.store(nbytes_ptr, nbytes)
 
 
 def check_decode() -> int:
-    """The finals' short radix keys (:func:`.masses.decode_keys`): bfloat16 x / T (the
+    """The finals' short radix keys (:func:`.keys.decode_keys`): bfloat16 x / T (the
     definition's scores, :func:`.reference.scaled`) gives 16-bit keys ordered like s (2 bytes);
     s values that are no x / T fall back to 4."""
     fails = 0
@@ -365,14 +354,14 @@ def main() -> int:
     # serves several splits in turn, as at M > 32 on GPUs: row 7 reaches top-p's round
     # 2 and rows 0 and 4 overflow top-k's slots.
     names = ("IDLE_LEAST", "IDLE_PROGRAMS", "OVERFLOW_LEAST", "OVERFLOW_PROGRAMS")
-    saved = [getattr(geometry, name) for name in names]
+    saved = [getattr(launch, name) for name in names]
     for name in names:
-        setattr(geometry, name, 1)
+        setattr(launch, name, 1)
     try:
         fails += run(3, 5000, 8, random.randrange(2**31), torch.bfloat16)
     finally:
         for name, value in zip(names, saved, strict=True):
-            setattr(geometry, name, value)
+            setattr(launch, name, value)
     print("FAILURES:", fails)
     return 1 if fails else 0
 

@@ -7,7 +7,7 @@ dtype, temperatures (some 0) and seeds, logits whose adversarial rows (ties at a
 top-k cut, one dominant logit over an equal tail, NaN, inf, all -inf) sit at
 random rows, and delays a random rank; every rank's answer must equal the
 definition on the gathered logits. M spans greedy, sample and logprobs as one launch
-(:mod:`logits_gather.sampling.kernels.single`, M up to ``single_rows``) and as two.
+(:mod:`logits_gather.sampling.kernels.finals`, M up to ``single_rows``) and as two.
 ``LOGITS_GATHER_STRESS_ITERS`` sets the iterations per tp (default 12). Run with
 ``CUDA_MODULE_LOADING=EAGER`` (the kernels are also loaded before any rank waits:
 :meth:`tests.emulated.Ranks.warm`).
@@ -127,7 +127,7 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
             (name, lambda f, r, pm=pm, lm=lm: f.sample_topp(shards[r], temp, rows, pm, lm),
              reference.sample(full, temp, seed, pos, top_p=pm, min_p=mp))
         )  # fmt: skip
-    # A per-row k (any value) with top-p, in top-p's launches (rowk.py); both rounds run.
+    # A per-row k (any value) with top-p, in top-p's launches (nucleus_k_row); both rounds run.
     kr = torch.tensor([rng.choice([0, 1, 7, 50, 64, 300, V]) for _ in range(m)], device=dev)
 
     def rows_k(f, r, kr=kr, p=p64, lm=min_p):
@@ -186,7 +186,7 @@ def test_emulated_ranks_match_gathered(world: int) -> None:
     rng = random.Random(1000 + world)
     for it in range(len(DTYPES)):  # every kernel and dtype (M, k and n: not specialised)
         small = max(1, min(5, ranks.fused[0].single_rows))
-        _iteration(ranks, rng, it, small, warm=True)  # one launch (single.py) for small M,
+        _iteration(ranks, rng, it, small, warm=True)  # one launch (kernels/finals.py) for small M,
         _iteration(ranks, rng, it, ranks.capacity, warm=True)  # two above single_rows
     assert 0 < ranks.fused[0].single_rows < ranks.capacity, "both paths must be exercised"
     for it in range(int(os.environ.get("LOGITS_GATHER_STRESS_ITERS", "12"))):
@@ -195,7 +195,7 @@ def test_emulated_ranks_match_gathered(world: int) -> None:
 
 def test_topp_second_round_decides_a_dense_split() -> None:
     """One split dense near the top hides round 1's cut (every split's candidates stop
-    at the largest value some split left out); round 2 (:mod:`.spill`) must then decide
+    at the largest value some split left out); round 2 (``nucleus.again_*``) must then decide
     the row, exactly, on every rank, without the fallback."""
     from logits_gather.sampling import reference
 

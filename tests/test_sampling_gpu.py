@@ -86,8 +86,8 @@ def _filters(rng: random.Random, m: int, dev: torch.device) -> list[dict]:
         ),
         dict(top_p=col([1.0, 0.8, 1e-6])),
         dict(top_k=col([0, 7, 70, V])),
-        dict(top_k=col([0, 1, 7, 64, V])),  # off rows in top-k's launches (rowk.py)
-        dict(top_k=col([0, 5, 50, 300, V]), top_p=0.9),  # in top-p's launches (rowk.py)
+        dict(top_k=col([0, 1, 7, 64, V])),  # off rows in top-k's launches (topk.rowk_local)
+        dict(top_k=col([0, 5, 50, 300, V]), top_p=0.9),  # in top-p's launches (nucleus_k_row)
         dict(top_k=col([0, 3, 50, V]), min_p=col([0.0, 0.05, 0.3])),
         dict(min_p=col([0.0, 0.01, 0.2, 1.0])),
         dict(min_p=col([0.0, 1e-40, 1e-30, 0.3])),  # subnormal: the kernels' log, as torch.log

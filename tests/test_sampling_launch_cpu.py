@@ -41,7 +41,7 @@ def test_barrier_after_load_before_first_launch() -> None:
     barrier runs, then it launches; later launches of the variant skip all three, whatever
     their rows or int arguments (a rank's own offset differs across ranks: the barrier
     calls must not)."""
-    from logits_gather.sampling.fused.launcher import Launcher
+    from logits_gather.sampling.fused.launch import Launcher
 
     log: list = []
     launch = Launcher(None, barrier=lambda: log.append("barrier"))
@@ -221,7 +221,7 @@ def test_bound_launch_fixes_all_but_the_free_arguments(
     too). A bound launch that fails returns False (the caller
     then launches through the JIT route), which serves from then on (logged once):
     nothing binds afterwards."""
-    from logits_gather.sampling.fused import launcher as launcher_mod
+    from logits_gather.sampling.fused import launch as launcher_mod
 
     monkeypatch.setattr(launcher_mod, "_get_device", lambda: 0)
     log: list = []
@@ -316,7 +316,7 @@ def test_one_launch_binds_per_specialisation() -> None:
     pytest.importorskip("triton")
     from types import SimpleNamespace
 
-    from logits_gather.sampling.fused.rounds import Rounds
+    from logits_gather.sampling.fused.rounds import Fused
 
     launched: list = []
     box = SimpleNamespace(plans={}, check=lambda: None, peers=0, data=0, epoch=0, arrivals=0,
@@ -341,9 +341,9 @@ def test_one_launch_binds_per_specialisation() -> None:
     fn = object()
     for m in (4, 10, 100):
         shard = torch.zeros(m, 8192)
-        assert Rounds.one_wanted(f, shard)
-        Rounds.one(f, fn, shard, "greedy", (torch.zeros(1),), (), {})
-    assert not Rounds.one_wanted(f, torch.zeros(101, 8192))
+        assert Fused.one_wanted(f, shard)
+        Fused.one(f, fn, shard, "greedy", (torch.zeros(1),), (), {})
+    assert not Fused.one_wanted(f, torch.zeros(101, 8192))
     assert launched == [(4, 2), ("bound", 10), ("bound", 100)]
-    Rounds.one(f, fn, torch.zeros(4, 8192), "greedy", (torch.zeros(1).double(),), (), {})
+    Fused.one(f, fn, torch.zeros(4, 8192), "greedy", (torch.zeros(1).double(),), (), {})
     assert launched[-1] == (4, 2)  # another dtype: compiled

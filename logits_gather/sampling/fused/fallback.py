@@ -1,16 +1,12 @@
 """Fused sampling calls that may need the exact fallback (top-p; a per-row top-k), and
 that fallback.
 
-The fused kernels decide a row's nucleus from per-split candidates when they can
-(:mod:`.nucleus`), else from every element at or above a level that round proves to
-be at or below the cut (:mod:`.spill`), and raise a device flag when some row's
-nucleus spills past both. Then the exact torch-ops path (:func:`.filters.sample`,
-the definition's radix selects over the shards) recomputes every row. Every rank sees
-the same flag (the final kernels reduce the same words), so every rank takes the same
-branch and the fallback's collective exchanges stay matched. A per-row ``top_k`` sets
-the flag too when some row has ``64 < k < V`` without top-p (the fused top-k cannot
-serve it), or with top-p when the candidates cannot decide a row's top-k set
-(:mod:`.rowk`).
+The kernels raise a device flag when some row's nucleus spills past both top-p rounds
+(:mod:`..kernels.nucleus`), when a per-row ``top_k`` has ``64 < k < V`` without top-p, or,
+with top-p, when the candidates cannot decide a row's top-k set. Then the exact torch-ops
+path (:func:`..exact.filters.sample`) recomputes every row. Every rank sees the same flag
+(the final kernels reduce the same words), so every rank takes the same branch and the
+fallback's collective exchanges stay matched.
 
 - Eager: one host sync per call reads the flags (``need``; and for top-p ``more``, some
   row is left to round 2, which is skipped otherwise).
@@ -131,13 +127,9 @@ def sample_rows_k(
     p: float | torch.Tensor | None,
     mp: float | torch.Tensor | None,
 ) -> torch.Tensor:
-    """A per-row ``top_k`` (int64 ``[M, 1]``, values >= 0) with the other filters, in one
-    fused path (:mod:`.rowk`); rows it cannot serve set the flag, and the fallback
-    recomputes the call. Without top-p, top-k's launches serve every row: rows with
-    ``k`` in 1..64 by the fused top-k (:mod:`.topk`), rows with it off (0 or ``>= V``)
-    without top-k, and rows with ``64 < k < V`` never. With top-p, top-p's launches
-    serve every row whose candidates decide it (the flag as top-p's, round 2 for rows
-    with ``k`` off). ``draw`` as in :func:`sample`."""
+    """A per-row ``top_k`` (int64 ``[M, 1]``, values >= 0) with the other filters: without
+    top-p in top-k's launches (rows with ``64 < k < V`` set the flag), with top-p in
+    top-p's (undecided rows set it); the fallback then recomputes the call."""
     m, fused = shard.shape[0], sampler.fused
     p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
     kv = k.view(m)  # contiguous: checks.top_k
@@ -162,7 +154,7 @@ def _finish(
 ) -> torch.Tensor:
     """``out``, recomputed by the exact fallback (``filters.sample(sampler, *call)``) when
     ``need`` (bool ``[1]``) says so, and on a sampler's first eager call of each ``kind``.
-    With ``second`` (top-p's round 2, :func:`.filtered.topp_rounds`), ``need`` is bool
+    With ``second`` (top-p's round 2, :meth:`.rounds.Fused.topp_rounds`), ``need`` is bool
     ``[2]``: ``need``, then ``more``, and round 2 runs only when ``more`` (one host sync
     reads both flags)."""
     flag = need[:1]
@@ -184,6 +176,3 @@ def _finish(
         if bool(flag.item()):
             fallback()
     return out
-
-
-__all__ = ["FILLED_MOST", "filled", "filter_rows", "rows", "sample", "sample_rows_k"]

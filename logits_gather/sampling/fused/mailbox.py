@@ -1,8 +1,6 @@
-"""Mailboxes: the symmetric buffers behind the fused kernels' exchanges (protocol: :mod:`.ll`).
-
-A :class:`Mailbox` is built collectively by every rank with the same arguments;
-:class:`Mailboxes` keeps a sampler's, one per row width. Whether a group uses them
-at all is decided in :mod:`.policy`.
+"""Mailboxes: the symmetric buffers of the fused kernels' exchanges (protocol:
+:mod:`..kernels.ll`). A :class:`Mailbox` is built collectively by every rank with the same
+arguments; :class:`Mailboxes` keeps a sampler's, one per row width.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ class Mailbox:
         timeout_s: float,
         trap: bool,
     ) -> None:
-        self.words, self.capacity, self.device = words, capacity, device
+        self.words, self.capacity = words, capacity
         self.row_elems = 2 * words
         self.parity_stride = capacity * self.row_elems
         world = dist.get_world_size(group)
@@ -83,11 +81,13 @@ class Mailbox:
         self.data = data
         self.peers = torch.tensor(bases, dtype=torch.int64, device=device)
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
-        self.arrivals = torch.zeros(capacity, dtype=torch.int32, device=device)  # single.py
-        self.plans: dict[tuple, object] = {}  # bound launches over this mailbox (fused.py)
+        self.arrivals = torch.zeros(
+            capacity, dtype=torch.int32, device=device
+        )  # one-launch kernels
+        self.plans: dict[tuple, object] = {}  # bound launches over this mailbox (rounds.py)
         self.timeout_us = max(1, int(timeout_s * 1e6))
         self.trap = trap
-        self.flags: torch.Tensor | None = None  # top-k's overflow marks, if used (topk.py)
+        self.flags: torch.Tensor | None = None  # top-k's overflow marks, if used
         self.status = torch.zeros(4, dtype=torch.int32, pin_memory=True)
         self.status_ptr = self.status.data_ptr()
         self._status_words = (ctypes.c_int32 * 4).from_address(self.status_ptr)
@@ -153,6 +153,3 @@ class Mailboxes:
     def check(self) -> None:
         for mb in [*self._boxes.values(), *self._retired]:
             mb.check()
-
-
-__all__ = ["Mailbox", "Mailboxes"]

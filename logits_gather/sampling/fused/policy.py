@@ -1,11 +1,8 @@
 """Whether a sampler takes the fused path: one collective decision, the same on every rank.
 
-The fused kernels need CUDA, Triton and peer access between all ranks' GPUs (as the
-gather's kernel does), and serve at most :data:`MAX_WORLD` ranks.
-``LOGITS_GATHER_SAMPLING_TORCH=1`` (:data:`TORCH_ENV`) sends every call to the torch-ops
-path instead, as ``fused=False`` does; it must be the same on every rank (checked at
-construction: every rank raises otherwise).
-
+The fused kernels need CUDA, Triton and peer access between all ranks' GPUs, and serve at
+most :data:`MAX_WORLD` ranks. :data:`TORCH_ENV` sends every call to the torch-ops path, as
+``fused=False`` does; it must be the same on every rank (every rank raises otherwise).
 Ranks that share a GPU (MPS; a test placement) take the two-launch rounds only, their
 waiting kernels launch at most half the GPU's CTAs split among the sharers (a waiting
 kernel may otherwise fill the GPU while a peer's writer it waits for finds no room), and
@@ -29,7 +26,6 @@ from ...checks import agree
 
 log = logging.getLogger(__name__)
 WHAT = "VocabParallelSampler construction"
-
 TORCH_ENV = "LOGITS_GATHER_SAMPLING_TORCH"
 """``1``: every call takes the torch-ops path; ``0`` or unset: the fused path where it can
 run. The same on every rank."""
@@ -51,15 +47,14 @@ def available(device: torch.device) -> bool:
     if device.type != "cuda":
         return False
     try:
-        from . import filtered  # noqa: F401 - imports the Triton kernels
+        from . import rounds  # noqa: F401 - imports the Triton kernels
     except Exception:  # noqa: BLE001 - no Triton (or a broken one): the torch-ops path
         return False
     return True
 
 
 def single_rows(infos: list[dict[str, Any]]) -> int:
-    """The most rows of a one-launch call (:mod:`.single`, Progress): its readers, one per
-    row, may spin while writers still need room, so they take at most half the SMs."""
+    """The most rows of a one-launch call: half the SMs (:mod:`..kernels.finals`, Progress)."""
     return max(1, symmetric.max_ctas(infos) // 2)
 
 
@@ -93,7 +88,7 @@ _warned_lazy: list[bool] = []  # the lazy-loading warning, once per process
 
 def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
     """The host barrier that ranks sharing a GPU run before each fused kernel variant's
-    first launch (:class:`.launcher.Launcher`): loading a CUDA module waits for the GPU to
+    first launch (:class:`.launch.Launcher`): loading a CUDA module waits for the GPU to
     drain, a peer's waiting kernel included, which may wait for a writer this rank
     launches only after the load. gloo's monitored barrier (such groups are gloo: NCCL
     refuses two ranks on one GPU) raises after ``timeout_s`` (at least :data:`COMPILE_S`)
@@ -120,7 +115,7 @@ def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
 
 
 def decide(sampler: Any, trap: bool) -> Any:
-    """The sampler's :class:`.filtered.Fused`, or None for the torch-ops path; builds the
+    """The sampler's :class:`.rounds.Fused`, or None for the torch-ops path; builds the
     first mailboxes. Collective."""
     device = sampler.device
     on = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
@@ -139,7 +134,7 @@ def decide(sampler: Any, trap: bool) -> Any:
         if why is not None:
             log.info("VocabParallelSampler: torch-ops path, because %s", why)
             return None
-        from .filtered import Fused
+        from .rounds import Fused
 
         f = Fused(
             sampler.columns,
@@ -155,15 +150,3 @@ def decide(sampler: Any, trap: bool) -> Any:
         for op in ("greedy", "sample"):
             sampler.box(f.words(op), sampler.capacity)
         return f
-
-
-__all__ = [
-    "MAX_WORLD",
-    "TORCH_ENV",
-    "available",
-    "decide",
-    "fast_path_problem",
-    "sharing_barrier",
-    "single_rows",
-    "torch_wanted",
-]

@@ -1,22 +1,21 @@
-"""The fused GPU path: two Triton kernels per round, the exchange inside them.
+"""The fused GPU path's launch sequences (imports the Triton kernels).
 
-The shard is cut into ``S = ceil(N / block)`` splits of ``block`` columns. The
-local kernel's program ``(row, split)`` stores its words straight into every
-rank's mailbox; the final kernel waits for all ranks' words of its row and
-reduces them (word layouts: :mod:`.writers`; the exchange: :mod:`.ll`). min-p alone
-takes two rounds (the row maximum first). The filters' longer sequences (top-k with
-min-p and top-p; top-p) are in :mod:`.filtered`. In eager calls of at most
-``single_rows`` rows with one rank per GPU, a round's writer and waiting kernel are one
-launch instead (:mod:`.single`). Nothing here allocates but the
-outputs; no host sync.
+The shard is cut into ``S = ceil(N / block)`` splits of ``block`` columns. A round is a
+writer, whose program ``(row, split)`` stores its words straight into every rank's
+mailbox, and a waiting kernel that reduces all ranks' words of its row (layouts:
+:mod:`..kernels.writers`; the exchange: :mod:`..kernels.ll`). Greedy, sampling and
+logprobs take one round, min-p two (the row maximum first), top-k two or three writers
+over two rounds (:mod:`..kernels.topk`), top-p two rounds and the caller's fallback
+(:mod:`..kernels.nucleus`, :mod:`.policy`). In eager calls of at most ``single_rows``
+rows with one rank per GPU, a round's writer and waiting kernel are one launch
+(:mod:`..kernels.finals`). Nothing here allocates but the outputs; no host sync.
 
-Each operation has one launch geometry (the same on every rank; its mailbox layout
-follows from it). The noise-heavy writers (sampling, min-p, the filter path's
-scores, logprobs with ``top_n``) run :data:`NARROW` (2048 columns, 4 warps): over
-tp=2's per-rank 75776 columns on one H200, the sampling local kernel took 20.8 us at
-M=64 against 26.2 us at 4096 x 8 (``scripts/sampling-kernel-times.py``). The others run
-:data:`WIDE`: greedy and plain logprobs gain nothing from more CTAs, and top-k's
-final kernel scores every split's candidate slots, so fewer splits serve it better.
+Each operation has one launch geometry, the same on every rank. The noise-heavy writers
+(sampling, min-p, the scores, logprobs with ``top_n``) run :data:`.launch.NARROW` (2048
+columns, 4 warps): over tp=2's 75776 columns per rank on one H200, the sampling writer took
+20.8 us at M=64 against 26.2 us at 4096 x 8 (``scripts/sampling-kernel-times.py``). The
+others run :data:`.launch.WIDE`: greedy and plain logprobs gain nothing from more CTAs, and
+top-k's final kernel scores every split's candidate slots, so fewer splits serve it better.
 """
 
 from __future__ import annotations
@@ -26,19 +25,30 @@ from typing import Any
 
 import torch
 
-from ..kernels import finals, keys, logprob_writer, single, writers
-from .geometry import NARROW, NUCLEUS_LANES, WIDE, Geometry, room, xbits
-from .launcher import Launcher
+from ..exact.filters import MAX_CANDIDATES
+from ..kernels import finals, keys, nucleus, topk, writers
+from . import launch
+from .launch import (
+    FINAL_WARPS,
+    NARROW,
+    NUCLEUS_LANES,
+    WIDE,
+    Geometry,
+    Launcher,
+    idle_programs,
+    pow2,
+    room,
+    select_warps,
+    xbits,
+)
 
 
-class Rounds:
-    """Launch geometries of one sampler (``columns`` per rank, ``world`` ranks) and its
-    launches. ``box(words, rows)`` returns the mailbox for rows of ``words`` words per
-    rank (collective when it has to build one); ``wait_ctas`` bounds the waiting
-    kernels' grids (ranks that share a GPU); ``index`` is the CUDA device the launches go
-    to; ``barrier`` (ranks that share a GPU) runs before each kernel variant's first
-    launch (:class:`.Launcher`); eager calls of at most ``single_rows`` rows take one
-    launch per round (:mod:`.single`; 0: never)."""
+class Fused:
+    """One sampler's fused launches (``columns`` per rank, ``world`` ranks). ``box(words,
+    rows)``: the mailbox for rows of ``words`` words per rank; ``wait_ctas`` bounds the
+    waiting kernels' grids and ``barrier`` runs before each kernel variant's first launch
+    (ranks that share a GPU); ``index``: the launches' CUDA device; eager calls of at most
+    ``single_rows`` rows take one launch per round (0: never)."""
 
     def __init__(
         self,
@@ -135,13 +145,11 @@ class Rounds:
         self, fn: Any, shard: torch.Tensor, op: str, free: tuple, tail: tuple, consts: dict,
         room: int = 0, n: tuple = (), programs: int = 0, warps: int = 0,
     ) -> None:  # fmt: skip
-        """Launches ``op``'s one-launch kernel ``fn`` (:mod:`.single`): arguments ``(x,
-        x_stride, *free, *n, mailbox..., *tail)``, ``free`` the call's tensors, ``n`` its
-        unspecialised ints; grid ``(M, programs)`` (default: one program per split) of
-        ``warps`` warps (default: the geometry's). After the first launch of a
-        specialisation the launch is bound (:meth:`.Launcher.bind`): one call of Triton's C
-        launcher with the call's few addresses. Bound launches are kept per mailbox (a new
-        mailbox has new addresses), under what Triton specialises in the free arguments."""
+        """Launches ``op``'s one-launch kernel ``fn``: arguments ``(x, x_stride, *free, *n,
+        mailbox..., *tail)``, ``free`` the call's tensors, ``n`` its unspecialised ints; grid
+        ``(M, programs)`` (default: one per split). After a specialisation's first launch
+        the launch is bound (:meth:`.launch.Launcher.bind`), kept per mailbox under what
+        Triton specialises in the free arguments."""
         mb = self.box(self.words(op, room), shard.shape[0])
         mb.check()
         x = shard if shard.stride(1) == 1 else shard.contiguous()
@@ -173,7 +181,7 @@ class Rounds:
         """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
         if self.one_wanted(shard):
             out = self.empty(shard)
-            self.one(single.greedy_one, shard, "greedy", (out,), (self.wide.c,), {"KEY": key})
+            self.one(finals.greedy_one, shard, "greedy", (out,), (self.wide.c,), {"KEY": key})
             return out
         mb = self.local(writers.greedy_local, shard, (), "greedy", 0, (), {})
         out = self.empty(shard)
@@ -186,10 +194,10 @@ class Rounds:
         m, out = shard.shape[0], self.empty(shard)
         if self.one_wanted(shard):
             tail = (self.narrow.c,)
-            self.one(single.sample_one, shard, "sample", (t, seed, out), tail, {})
+            self.one(finals.sample_one, shard, "sample", (t, seed, out), tail, {})
             return out
         mb = self.local(writers.sample_local, shard, (t, seed), "sample", 0, (), {})
-        tail = (t, seed, out, self.narrow.c)
+        tail = (t, out, self.narrow.c)
         self.final(finals.sample_final, m, mb, tail, {}, 1, self.narrow)
         return out
 
@@ -220,11 +228,11 @@ class Rounds:
         out = self.empty(shard)
         if self.one_wanted(shard):
             free = (t, seed, min_p, gbest, out)
-            self.one(single.minp_one, shard, "sample", free, (self.narrow.c,), {})
+            self.one(finals.minp_one, shard, "sample", free, (self.narrow.c,), {})
             return out
         head = (t, seed, min_p, gbest)
         mb = self.local(writers.minp_local, shard, head, "sample", 0, (), {})
-        tail = (t, seed, out, self.narrow.c)
+        tail = (t, out, self.narrow.c)
         self.final(finals.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
         return out
 
@@ -241,15 +249,134 @@ class Rounds:
         if self.one_wanted(shard):
             free = (ids, lp, top_ids, top_lp)
             tail = (geo.splits, geo.c, self.world)
-            self.one(single.logprobs_one, shard, "logprobs", free, tail, consts, npad, (n,))
+            self.one(finals.logprobs_one, shard, "logprobs", free, tail, consts, npad, (n,))
             return lp, top_ids, top_lp
-        mb = self.local(
-            logprob_writer.logprobs_local, shard, (ids,), "logprobs", npad, (n,), consts
-        )
+        mb = self.local(writers.logprobs_local, shard, (ids,), "logprobs", npad, (n,), consts)
         tail = (ids, lp, top_ids, top_lp, geo.splits, geo.c, self.columns, self.world, n)
         warps = 4 if npad else 1
         self.final(finals.logprobs_final, m, mb, tail, {"NP": npad}, warps, geo)
         return lp, top_ids, top_lp
 
+    def sample_topk(
+        self,
+        shard: torch.Tensor,
+        t: torch.Tensor,
+        seed: torch.Tensor,
+        k: int | torch.Tensor,
+        p: torch.Tensor | None,
+        min_p: torch.Tensor | None,
+        need: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Top-k (``k`` 1..64, or int64 ``[M]``: rows outside 1..64 get junk tokens), then
+        min-p (``min_p`` fp32 ``[M]``) and top-p (``p`` float64 or float32 ``[M]``, ``>= 1``
+        off) over the exact top-k set (:mod:`..kernels.topk`). With ``need`` (bool ``[1]``;
+        ``k`` a tensor, no ``p``), rows with ``k`` off are sampled without top-k in the same
+        launches, and ``need`` says whether a row has ``64 < k < V`` (junk token). Five
+        launches; in eager calls three (each round's waiting kernel joins its last writer)."""
+        per_row = isinstance(k, torch.Tensor)
+        m, c, plan = shard.shape[0], self.wide.c, self.wide.topk(64 if per_row else k)
+        g, kp = plan.g, plan.kp
+        gbest, low = self.empty(shard), self.empty(shard, torch.int32)
+        free, n = ((k,), ()) if per_row else ((), (k,))
+        one = self.one_wanted(shard)  # one launch per round
+        warps = plan.probe_one if one else 0
+        consts = {"G": g, "ROWK": per_row, "BITS": xbits(shard.dtype)}
+        if warps:
+            fn = topk.probe_one
+            self.one(fn, shard, "probe", (t, gbest, low, *free), (c,), consts, g, n, warps=warps)
+        else:
+            mb = self.local(topk.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
+            self.final(topk.topk_reduce, m, mb, (t, gbest, low, c, k), consts, plan.reduce)
+        mb = self.box(self.words("sample_k", kp), m)
+        if mb.flags is None:  # lives with its mailbox: graphs captured with it keep both
+            mb.flags = torch.zeros(mb.capacity * self.wide.splits, dtype=torch.int32,
+                                   device=shard.device)  # fmt: skip
+        flags = mb.flags
+        pv = t if p is None else p
+        mpv = t if min_p is None else min_p
+        filters = {"TOPP": p is not None, "MINP": min_p is not None, "PLAIN": need is not None}
+        vocab = self.columns * self.world
+        if need is not None:  # rows with k off sample here too
+            head = (t, low, flags, k, seed, mpv, gbest, need)
+            consts = {"KP": kp, "MINP": filters["MINP"], "KMAX": MAX_CANDIDATES}
+            self.local(topk.rowk_local, shard, head, "sample_k", kp, (vocab,), consts)
+        else:
+            self.local(topk.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
+        splits = self.wide.splits
+        programs = idle_programs(m, splits, launch.OVERFLOW_PROGRAMS, launch.OVERFLOW_LEAST)
+        out = self.empty(shard)
+        over = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": per_row, "SP": pow2(splits)}
+        warps = plan.final_one if one else 0
+        if warps:
+            head = (t, seed, flags, pv, mpv, gbest, out, *free)
+            self.one(topk.topk_one, shard, "sample_k", head, (splits, c, vocab),
+                       over | filters, kp, n, programs, warps)  # fmt: skip
+            return out
+        self.local(topk.topk_overflow, shard, (t, seed, flags), "sample_k", kp, (k, splits),
+                     over, programs=programs)  # fmt: skip
+        tail = (t, seed, pv, mpv, gbest, out, c, k, vocab)
+        consts = {"KP": kp, **filters, "ROWK": per_row, "XBITS": over["BITS"]}
+        self.final(topk.topk_final, m, mb, tail, consts, plan.final)
+        return out
 
-__all__ = ["Rounds"]
+    def sample_topp(
+        self,
+        shard: torch.Tensor,
+        t: torch.Tensor,
+        seed: torch.Tensor,
+        p: torch.Tensor,
+        min_p: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-p (``p`` float64 or float32 ``[M]``), after min-p if ``min_p`` (fp32 ``[M]``):
+        ``(tokens, need)``, tokens -1 where neither round could decide the nucleus and
+        then ``need`` (bool ``[1]``) True (:mod:`..kernels.nucleus`). Both rounds always run;
+        :meth:`topp_rounds` lets the caller skip round 2."""
+        out, flags, second = self.topp_rounds(shard, t, seed, p, min_p)
+        second()
+        return out, flags[:1]
+
+    def topp_rounds(
+        self,
+        shard: torch.Tensor,
+        t: torch.Tensor,
+        seed: torch.Tensor,
+        p: torch.Tensor,
+        min_p: torch.Tensor | None,
+        k: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
+        """:meth:`sample_topp`'s round 1, launched: ``(tokens, flags, second)``. ``flags``
+        (bool ``[2]``): ``need``, and ``more`` (some row left to round 2, or ``need``; the
+        same on every rank). ``second()`` launches round 2; the tokens are final once it ran
+        or ``more`` is False. ``self.spilled`` and ``self.topp_flags`` keep the last call's
+        ``lam`` and ``flags`` (diagnostics). With ``k`` (a per-row ``top_k``, int64 ``[M]``),
+        top-k applies first in the rows where it is on (never in round 2)."""
+        m, slots = shard.shape[0], self.nucleus_slots
+        gbest = self.greedy(shard, key=True)
+        mp = p if min_p is None else min_p
+        # flags and lam are set by nucleus_local (False, DONE), not by fill kernels.
+        flags = torch.empty(2, dtype=torch.bool, device=shard.device)
+        lam = self.empty(shard, torch.int32)
+        kv, vocab = (t, 0) if k is None else (k, self.columns * self.world)
+        head = (t, seed, p, mp, gbest, lam, flags, kv)
+        consts = {"SLOTS": slots, "MINP": min_p is not None, "ROWK": k is not None}
+        mb = self.local(nucleus.nucleus_local, shard, head, "nucleus", 0, (vocab,), consts)
+        out = self.empty(shard)
+        thr = self.empty(shard)
+        self.spilled, self.topp_flags = lam, flags
+        lanes = pow2(self.narrow.c * slots)
+        consts = {"SLOTS": slots, "LANES": lanes, "XBITS": xbits(shard.dtype)}
+        tail = (t, seed, p, gbest, out, flags, lam, thr, self.narrow.c, kv, vocab)
+        warps = select_warps(lanes, FINAL_WARPS)
+        per_row = {"ROWK": k is not None}
+        self.final(nucleus.nucleus_final, m, mb, tail, consts | per_row, warps, self.narrow)
+
+        def second() -> None:
+            seen = self.empty(shard, torch.int32)
+            head = (t, lam, seen)
+            splits = self.narrow.splits
+            mb = self.local(nucleus.again_local, shard, head, "again", 0, (splits,),
+                              {"SLOTS": slots}, programs=idle_programs(m, splits))  # fmt: skip
+            tail = (t, seed, seen, thr, gbest, out, flags, self.narrow.c)
+            self.final(nucleus.again_final, m, mb, tail, consts, warps, self.narrow)
+
+        return out, flags, second

@@ -1,5 +1,4 @@
-"""The fused path's ``@triton.jit`` code (imported only where Triton is available):
-keys, noise and temperature (:mod:`.keys`), the mailbox exchange (:mod:`.ll`), writers
-(:mod:`.writers`, :mod:`.logprob_writer`, :mod:`.overflow`), waiting kernels
-(:mod:`.finals`, :mod:`.topk`, :mod:`.nucleus`, :mod:`.spill`, :mod:`.rowk`, with
-:mod:`.masses`) and the one-launch rounds (:mod:`.single`)."""
+"""The fused path's ``@triton.jit`` code (imported only where Triton is available): device
+functions (:mod:`.keys`), the exchange (:mod:`.ll`), the writers (:mod:`.writers`) and waiting
+kernels (:mod:`.finals`) of greedy, sampling, min-p and logprobs, top-k (:mod:`.topk`) and
+top-p (:mod:`.nucleus`)."""

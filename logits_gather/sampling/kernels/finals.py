@@ -1,9 +1,36 @@
-"""Triton kernels that wait: the final kernel of every fused operation (and the reduce
-between two rounds), one CTA per row (a bounded grid loops over rows).
+"""The waiting kernels of greedy, sampling, min-p and logprobs, and their one-launch forms.
 
-Each waits in :func:`.ll.wait` until all ``W * S`` splits of its row carry the
-row's next epoch, reduces them, writes the answer and stores the epoch. Word
-layouts are in :mod:`.writers`.
+A ``*_final`` kernel runs one CTA per row (a bounded grid loops over rows), waits in
+:func:`.ll.wait` until all ``W * S`` splits of its row carry the row's next epoch, reduces
+them, writes the answer and stores the epoch. Each ``*_row`` is one row's work.
+
+One launch per round
+--------------------
+A ``*_one`` kernel is a writer of :mod:`.writers` on the same ``(M, S)`` grid, storing the
+same words into the same mailbox, followed by the row work, done by the row's last program
+to arrive on this rank (:func:`.ll.last_arrival`). A separate waiting kernel costs a launch:
+on the host about as much as the rest of an eager greedy call.
+
+Arrival: each mailbox has a private ``int32`` count per row, zero at rest. A program stores
+its words, crosses a CTA barrier, and one thread adds 1 (``atom.acq_rel.gpu``); the one that
+gets ``S - 1`` resets the count to 0, waits for every rank's words as the final kernel does,
+and stores the row's epoch. The count only elects the reader (words carry their own epoch);
+it also orders the epoch: every program loaded it before its arrival (release), the reader
+stores it after its own (acquire). The reset races with nothing: the other programs have
+arrived, and the next kernel over this mailbox starts after this one ends. Both forms share
+mailboxes, epochs and layouts, so calls may alternate between them.
+
+Progress: a reader spins inside a kernel whose other programs may not have started, so
+readers must never take every slot while a writer they need has none. At most ``M``
+readers per rank wait, only for peers' writers, which never wait; so the one-launch form
+runs only while ``M`` is at most half the SMs (:func:`..fused.policy.single_rows`), with one
+rank per GPU, outside graph capture. One kernel has one warp count: the host picks the
+writer's, capped so that the row work's selects never get more threads than elements
+(:func:`..fused.launch.one_warps`).
+
+Measured (one H200, world size 1, M=4): one bound launch per round took an eager greedy
+call from 39.8 to 17.7 us of host time, sample from 35.4 to 20.3. Programs taking rows by
+ticket (one launch at any M) were slower than two launches: 25.0 against 20.4 us at M=256.
 """
 
 from __future__ import annotations
@@ -13,28 +40,9 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import ll
-from .keys import KEY_MIN, divisor, index, kth_largest, ordered32, ordered_value, scale, value
-from .writers import row_target
-
-
-@triton.jit
-def gathered(
-    box, epoch, pstride, relems, status, timeout_us, row, idx, mask,
-    THREADS: tl.constexpr, TRAP: tl.constexpr,
-):  # fmt: skip
-    """(epoch, row pointer, words): ``row`` of the mailbox once every word in ``idx`` is
-    in. Final kernels loop over rows (``M`` rows, grid ``<= M``): a bounded grid keeps
-    ranks that share a GPU from filling it with waiting CTAs (see :mod:`.rounds`)."""
-    ep, rowbox = row_box(box, epoch, pstride, relems, row)
-    words = ll.wait(rowbox, idx, mask, ep, timeout_us, status, THREADS, TRAP)
-    return ep, rowbox, words
-
-
-@triton.jit
-def row_box(box, epoch, pstride, relems, row):
-    """(epoch, row pointer) of ``row`` of the mailbox, for the caller's own waits."""
-    ep, off = row_target(epoch, pstride, relems, row)
-    return ep, box + off
+from .keys import KEY_MIN, index, use_greedy, value
+from .ll import gathered, last_arrival, place, row_box
+from .writers import greedy_write, logprobs_write, minp_write, sample_write
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -56,7 +64,7 @@ def greedy_row(
     box, epoch, pstride, relems, status, timeout_us, row, out_ptr, C,
     CAND: tl.constexpr, KEY: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
-    """:func:`greedy_final`'s work for one row (also :mod:`.single`'s)."""
+    """:func:`greedy_final`'s work for one row."""
     i = tl.arange(0, CAND)
     ep, _, g = gathered(
         box, epoch, pstride, relems, status, timeout_us, row, i, i < C, THREADS, TRAP
@@ -69,91 +77,26 @@ def greedy_row(
     tl.store(epoch + row, ep)
 
 
-@triton.jit
-def row_k(k, row, ROWK: tl.constexpr):
-    """``k``, or with ``ROWK`` row ``row`` of the int64 tensor ``k`` clamped to 1..64 (the
-    caller replaces the tokens of rows outside that range)."""
-    if ROWK:
-        return tl.minimum(tl.maximum(tl.load(k + row), 1), 64)
-    else:
-        return k
-
-
-@triton.jit(do_not_specialize=["M", "k"])
-def topk_reduce(
-    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, gbest_ptr, low_ptr, C, k,
-    CAND: tl.constexpr, G: tl.constexpr, ROWK: tl.constexpr, BITS: tl.constexpr,
-    THREADS: tl.constexpr, TRAP: tl.constexpr,
-):  # fmt: skip
-    """Top-k, between the rounds: the row's greedy key and the bound, ``ordered32`` of
-    ``x_b / T`` where ``x_b`` is the k-th largest group maximum of x; the lowest int32
-    when fewer than k groups hold a column (no bound: every element is a candidate).
-    ``BITS`` 16 (bfloat16 inputs): the radix select runs over the top 16 bits of the
-    keys, which order bfloat16 values exactly (two rounds instead of four)."""
-    row = tl.program_id(0).to(tl.int64)
-    while row < M:
-        reduce_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr,
-                   low_ptr, C, k, CAND, G, ROWK, BITS, THREADS, TRAP)  # fmt: skip
-        row += tl.num_programs(0)
-
-
-@triton.jit
-def reduce_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr, low_ptr, C, k,
-    CAND: tl.constexpr, G: tl.constexpr, ROWK: tl.constexpr, BITS: tl.constexpr,
-    THREADS: tl.constexpr, TRAP: tl.constexpr,
-):  # fmt: skip
-    """:func:`topk_reduce`'s work for one row (also :mod:`.single`'s)."""
-    c = tl.arange(0, CAND)
-    ok = c < C
-    ep, rowbox, gx = gathered(
-        box, epoch, pstride, relems, status, timeout_us, row, c * (1 + G), ok, THREADS, TRAP
-    )
-    e = tl.arange(0, CAND * G)  # sent key e: split e // G, group e % G
-    at = (e // G) * (1 + G) + 1 + e % G
-    sent = ll.wait(rowbox, at, (e // G) < C, ep, timeout_us, status, THREADS, TRAP)
-    valid = ((e // G) < C) & (sent != KEY_MIN)
-    u = ((sent >> 32).to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
-    count = tl.sum(valid.to(tl.int32), 0)
-    kr = row_k(k, row, ROWK)
-    kk = tl.minimum(kr, count)
-    uk = kth_largest(u >> (32 - BITS), valid, tl.maximum(kk, 1), BITS) << (32 - BITS)
-    if BITS == 16:  # the low half of a negative x's key is all ones (ordered32)
-        uk = tl.where(uk < 0x80000000, uk | 0xFFFF, uk)
-    xb = ordered_value(uk ^ 0x80000000)
-    t = tl.load(t_ptr + row)
-    low = ordered32(scale(xb, divisor(t)))
-    tl.store(gbest_ptr + row, tl.max(tl.where(ok, gx, KEY_MIN), 0))
-    tl.store(low_ptr + row, tl.where(count >= kr, low, -0x7FFFFFFF - 1))
-    tl.store(epoch + row, ep)
-
-
-@triton.jit
-def use_greedy(t, gbest):
-    smax = scale(value(gbest), divisor(t))
-    return (t == 0.0) | (smax != smax) | (tl.abs(smax) == float("inf"))
-
-
 @triton.jit(do_not_specialize=["M"])
 def sample_final(
-    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, out_ptr, C,
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, out_ptr, C,
     CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """``C`` splits (all ranks) in the sample format (top-k's final is in :mod:`.topk`)."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
-        sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                   out_ptr, C, CAND, THREADS, TRAP)  # fmt: skip
+        sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, out_ptr, C,
+                   CAND, THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
 
 
 @triton.jit
 def sample_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, out_ptr, C,
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, out_ptr, C,
     CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr, F: tl.constexpr = 2,
 ):  # fmt: skip
-    """:func:`sample_final`'s work for one row (also :mod:`.single`'s), split ``c``'s words
-    at ``c * F`` (:mod:`.rowk`: in top-k's layout)."""
+    """:func:`sample_final`'s work for one row, split ``c``'s words
+    at ``c * F`` (top-k's layout with ``PLAIN``)."""
     c = tl.arange(0, CAND)
     ok = c < C
     ep, rowbox, w0 = gathered(
@@ -187,7 +130,7 @@ def logprobs_row(
     top_lp_ptr, S, C, N, W, n, CAND: tl.constexpr, NP: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr,
 ):  # fmt: skip
-    """:func:`logprobs_final`'s work for one row (also :mod:`.single`'s)."""
+    """:func:`logprobs_final`'s work for one row."""
     RW = 1 + S * (1 + NP)  # words per rank
     c = tl.arange(0, CAND)
     ok = c < C
@@ -228,3 +171,64 @@ def logprobs_row(
             keys = tl.where(keys == best, KEY_MIN, keys)
             r += 1
     tl.store(epoch + row, ep)
+
+
+@triton.jit(do_not_specialize=["own", "col0"])
+def greedy_one(
+    x_ptr, x_stride, out_ptr, peers, box, epoch, arrivals, pstride, relems, own, N, col0,
+    status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    CAND: tl.constexpr, KEY: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`.writers.greedy_local` then :func:`.finals.greedy_final` in one launch."""
+    row, split = place()
+    greedy_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
+                 BLOCK, WORLD, THREADS)  # fmt: skip
+    if last_arrival(arrivals, row):
+        greedy_row(box, epoch, pstride, relems, status, timeout_us, row, out_ptr, C, CAND, KEY,
+                   THREADS, TRAP)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["own", "col0"])
+def sample_one(
+    x_ptr, x_stride, t_ptr, seed_ptr, out_ptr, peers, box, epoch, arrivals, pstride, relems,
+    own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr,
+    THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`.writers.sample_local` then :func:`.finals.sample_final` in one launch."""
+    row, split = place()
+    sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems,
+                 own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
+    if last_arrival(arrivals, row):
+        sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, out_ptr, C,
+                   CAND, THREADS, TRAP)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["n", "own", "col0"])
+def logprobs_one(
+    x_ptr, x_stride, ids_ptr, lp_ptr, top_ids_ptr, top_lp_ptr, n, peers, box, epoch, arrivals,
+    pstride, relems, own, N, col0, status, timeout_us, S, C, W, BLOCK: tl.constexpr,
+    NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    CAND: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`.writers.logprobs_local` then :func:`logprobs_final` in one launch."""
+    row, split = place()
+    logprobs_write(row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n,
+                   N, col0, BLOCK, NP, XBITS, WORLD, THREADS)  # fmt: skip
+    if last_arrival(arrivals, row):
+        logprobs_row(box, epoch, pstride, relems, status, timeout_us, row, ids_ptr, lp_ptr,
+                     top_ids_ptr, top_lp_ptr, S, C, N, W, n, CAND, NP, THREADS, TRAP)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["own", "col0"])
+def minp_one(
+    x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, out_ptr, peers, box, epoch,
+    arrivals, pstride, relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr,
+    WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`.writers.minp_local` then :func:`.finals.sample_final` in one launch."""
+    row, split = place()
+    minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch,
+               pstride, relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
+    if last_arrival(arrivals, row):
+        sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, out_ptr, C,
+                   CAND, THREADS, TRAP)  # fmt: skip

@@ -1,62 +1,46 @@
-"""The fused sampling kernels' exchange: low-latency (LL) words, flag and data in one store.
+"""The fused kernels' exchange: low-latency (LL) words, flag and data in one store.
 
 Protocol
 --------
-An exchange is a :class:`~.mailbox.Mailbox`: on every rank, ``int64 [2, capacity, R]``
-in symmetric memory plus a private ``int32 [capacity]`` epoch per row. A 64-bit
-payload word travels as two 8-byte *elements*, ``(epoch << 32) | low half`` and
-``(epoch << 32) | high half``, so an element carries its own readiness flag.
+A :class:`~..fused.mailbox.Mailbox` is, on every rank, ``int64 [2, capacity, R]`` in
+symmetric memory plus a private ``int32 [capacity]`` epoch per row. A 64-bit payload word
+travels as two 8-byte *elements*, ``(epoch << 32) | low half`` and ``(epoch << 32) | high
+half``, so an element carries its own readiness flag.
 
-- Writers (the ``*_local`` kernels, any number of CTAs per row) read the row's
-  epoch ``e``, put ``E = e + 1`` into every element and store their words into
-  parity ``E & 1`` of the row on every rank, their own included, each element
-  with a strong, single-copy-atomic 8-byte ``st.relaxed.sys`` (a word's two
-  elements in one 16-byte vector store, :func:`put`).
-- The reader (the one CTA of the consumer kernel that handles the row) polls its
-  own copy with volatile loads (relaxed, system scope) until every element of the
-  row shows ``E``, decodes the words, and stores the row's epoch ``E``. It is the
-  only thread block that reads or writes that epoch in its kernel, and its threads
-  all load the epoch before the first block-wide reduction of the poll, so the
-  read-modify-write cannot race.
+- Writers (the ``*_local`` kernels, any number of CTAs per row) read the row's epoch
+  ``e``, put ``E = e + 1`` into every element and store their words into parity ``E & 1``
+  of the row on every rank, their own included, each element with a single-copy-atomic
+  8-byte ``st.relaxed.sys`` (a word's two elements in one 16-byte vector store, :func:`put`).
+- The reader (the one CTA of the consumer kernel that handles the row) polls its own
+  copy with volatile loads until every element of the row shows ``E``, decodes the
+  words, and stores the row's epoch ``E``. It is the only thread block that touches that
+  epoch in its kernel, and all its threads load the epoch before the poll's first
+  block-wide reduction, so the read-modify-write cannot race.
 
-No fence, no flag word and no barrier kernel: a reader sees each element either
-old or new, and new elements are complete by themselves. An element of parity
-``E & 1`` holding ``E`` can only come from this call: the slot last held
-``E - 2`` (or less), and epochs advance by one per use of the row on every rank
-alike (all ranks make the same calls with the same ``M``).
-
-Why two parities suffice: a writer on rank A stores for use ``E + 2`` of a row
-only after its own reader of use ``E + 1`` finished, which needed rank B's
-writers of use ``E + 1``, which B's stream runs after B's reader of use ``E``.
-So B has consumed use ``E`` before anyone overwrites that parity.
-
-Waiting kernels wait only for writers launched earlier on other ranks' streams,
-which never wait themselves, so no co-residency is needed; their grids are bounded
-when ranks share a GPU (see :func:`.policy.fast_path_problem`). The one-launch
-kernels of :mod:`.single` read inside the writers' own kernel, with the same words,
-epochs and parities; their arrival count and the bound that keeps their readers from
-starving the writers are documented there.
+No fence, flag word or barrier kernel: a reader sees each element old or new, and new
+elements are complete by themselves. An element of parity ``E & 1`` holding ``E`` can only
+come from this call: the slot last held ``E - 2`` or less, and epochs advance by one per
+use of the row on every rank alike (all ranks make the same calls with the same ``M``).
+Two parities suffice: a writer on rank A stores for use ``E + 2`` only after its own
+reader of use ``E + 1`` finished, which needed rank B's writers of use ``E + 1``, which B's
+stream runs after B's reader of use ``E``. Waiting kernels wait only for writers launched
+earlier on other ranks' streams, which never wait, so no co-residency is needed (their
+grids are bounded where ranks share a GPU). The one-launch kernels elect their reader by
+:func:`last_arrival` (its rules are in :mod:`.finals`).
 
 Uniform polls: every thread of a reader must leave its poll loop at the same poll. The
-loop's timer (``now_ns``, a block-wide max) and the code after it synchronise the CTA
-with ``bar.sync``, and warps that meet different ``bar.sync`` instructions release each
-other: reductions then combine shared-memory partials of different steps, and the
-reader computes from words it never loaded (wrong ``lam``, wrong tokens, one rank only,
-words right at rest). A poll over at
-least as many elements as the CTA has threads gives each element to one thread, so
-its readiness test combines every warp's loads through shared memory. A poll over
-fewer (the finals' ``[CAND]`` head words when there are few splits) is replicated by
-Triton in every warp, and its test became a warp-local ``redux.sync``: each warp left
-the loop when its own copies were in. So a multi-warp reader polls fewer words than
-it has threads in :func:`_spin`, which spreads them over one lane per thread (the same
-words, repeated) for a block-wide test, then crosses a CTA barrier and loads them
-again in the caller's layout: each was seen complete, and no writer rewrites it
-before this reader is done. A compiled multi-warp poll loop whose first branch comes
-before any ``bar.sync`` is refused at its first launch (:mod:`.polls`).
+loop's timer (``now_ns``) and the code after it synchronise the CTA with ``bar.sync``, and
+warps that meet different ``bar.sync`` instructions release each other: reductions then mix
+partials of different steps (measured: wrong tokens on one rank, words right at rest). A
+poll over at least as many elements as threads combines every warp's loads through shared
+memory; Triton replicates a poll over fewer in every warp, and its test became a
+warp-local ``redux.sync``. So a multi-warp reader polls fewer words than threads in
+:func:`_spin` (one lane per thread, block-wide test), crosses a CTA barrier and loads them
+again in the caller's layout. ``tests/sampling_polls.py`` finds warp-local poll loops in
+compiled kernels.
 
-A wait that outlasts ``timeout_us`` records ``[code, cta, seen, target]`` in the
-mailbox's pinned status block and traps (``TRAP``) or gives up (see
-:meth:`.mailbox.Mailbox.check`).
+A wait that outlasts ``timeout_us`` records ``[code, cta, seen, target]`` in the mailbox's
+pinned status block and traps (``TRAP``) or gives up (:meth:`..fused.mailbox.Mailbox.check`).
 """
 
 from __future__ import annotations
@@ -92,9 +76,8 @@ def _st(ptr, value, mask):
 
 @triton.jit
 def _st2(ptr, lo, hi, mask):
-    """``st.relaxed.sys.global.v2.b64`` of ``(lo, hi)`` at ``ptr`` (16-byte aligned) where
-    ``mask``: one instruction for a word's two elements, each still a single-copy-atomic
-    8-byte store (PTX models a vector access as its elements' accesses)."""
+    """``st.relaxed.sys.global.v2.b64`` of ``(lo, hi)`` where ``mask``: each element still
+    a single-copy-atomic 8-byte store (PTX models a vector access as its elements')."""
     if HW:
         tl.inline_asm_elementwise(
             "{ .reg .pred p; setp.ne.b32 p, $2, 0; "
@@ -125,8 +108,7 @@ def _st_all(peers, rowoff, at, value, mask, WORLD: tl.constexpr):
 @triton.jit
 def put(peers, rowoff, off, words, mask, ep, WORLD: tl.constexpr):
     """Stores 64-bit ``words`` (any shape) at word offsets ``off`` of row offset ``rowoff``
-    (elements, see :func:`row_offset`) in every rank's mailbox (``peers``: int64
-    ``[WORLD]`` base addresses), one :func:`_st2` per word and rank."""
+    in every rank's mailbox (``peers``: int64 ``[WORLD]`` base addresses)."""
     lo = _element(words, ep)
     hi = _element(words >> 32, ep)
     for p in tl.static_range(WORLD):
@@ -186,10 +168,8 @@ def _give_up(lo, mask, ep, status, TRAP: tl.constexpr):
 
 @triton.jit
 def _spin(at, mask, ep, timeout_us, status, THREADS: tl.constexpr, TRAP: tl.constexpr):
-    """Polls elements ``at`` (and ``at + 1``; fewer than ``THREADS``, any shape) until all
-    carry epoch ``ep`` or the timeout (recorded in ``status``, then gives up), one lane
-    per thread so that the whole CTA decides alike (see "Uniform polls" above). Carries
-    no tensor out of its loop: the caller loads the words again."""
+    """Polls elements ``at`` and ``at + 1`` (fewer than ``THREADS``) until all carry ``ep``
+    or the timeout, one lane per thread ("Uniform polls"); the caller loads them again."""
     N: tl.constexpr = at.numel
     R: tl.constexpr = THREADS // N
     flat = tl.broadcast_to(tl.reshape(at, [N])[None, :], [R, N])
@@ -222,9 +202,8 @@ def wait(
     THREADS: tl.constexpr,
     TRAP: tl.constexpr,
 ):
-    """Polls words ``idx`` (any shape, ``mask``ed) of this rank's row ``row_ptr`` until
-    all carry epoch ``ep``; returns them as int64 (masked-off words are 0). ``status``
-    is the address of the pinned status block (an int)."""
+    """Words ``idx`` (any shape; masked-off ones 0) of this rank's row ``row_ptr`` once all
+    carry epoch ``ep``. ``status``: the pinned status block's address."""
     at = row_ptr + 2 * idx
     FEW: tl.constexpr = HW and THREADS > 32 and at.numel < THREADS  # see "Uniform polls"
     if FEW:
@@ -285,3 +264,47 @@ def epoch_of(epoch, row):
 def row_offset(parity_stride, row_elems, row, ep):
     """Element offset of ``row`` at parity ``ep & 1`` in a mailbox."""
     return (ep & 1).to(tl.int64) * parity_stride + row.to(tl.int64) * row_elems
+
+
+@triton.jit
+def row_target(epoch, pstride, relems, row):
+    ep = epoch_of(epoch, row)
+    return ep, row_offset(pstride, relems, row, ep)
+
+
+@triton.jit
+def row_box(box, epoch, pstride, relems, row):
+    """(epoch, row pointer) of ``row`` of the mailbox, for the caller's own waits."""
+    ep, off = row_target(epoch, pstride, relems, row)
+    return ep, box + off
+
+
+@triton.jit
+def gathered(
+    box, epoch, pstride, relems, status, timeout_us, row, idx, mask,
+    THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """(epoch, row pointer, words): ``row`` of the mailbox once every word in ``idx`` is
+    in. Final kernels loop over rows: ranks that share a GPU bound their grids."""
+    ep, rowbox = row_box(box, epoch, pstride, relems, row)
+    words = wait(rowbox, idx, mask, ep, timeout_us, status, THREADS, TRAP)
+    return ep, rowbox, words
+
+
+@triton.jit
+def place():
+    """``(row, split)`` this program works on: its program ids."""
+    return tl.program_id(0).to(tl.int64), tl.program_id(1)
+
+
+@triton.jit
+def last_arrival(arrivals, row):
+    """Whether this program is the last of ``row``'s ``S`` programs on this rank to arrive
+    (it then resets the count); every thread gets the same answer."""
+    tl.debug_barrier()  # the program's stores and epoch loads come first
+    count = arrivals + row
+    old = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
+    last = old == tl.num_programs(1) - 1
+    if last:
+        tl.store(count, 0)
+    return last

@@ -1,34 +1,40 @@
-"""Top-p (with or without min-p) on the fused path: candidates that decide the nucleus
-exactly, or say that they cannot (imported lazily: needs Triton).
+"""Top-p (with or without min-p, and a per-row top-k) on the fused path.
 
-After the greedy round has given every rank the row's greedy key (so ``s_max``), one
-more round: program ``(row, split)`` of :func:`nucleus_local` computes, over the
-split's kept elements (min-p applied; every element without min-p), the masses
-``q = floor(exp(s - s_max) * 2**40)`` of :mod:`.reference` and their sum, and sends
-an *upper set* of its kept elements as candidates: every kept element with
-``s`` above a level chosen so that at most ``SLOTS`` of them qualify (levels 0.5
-apart in ``s``: the integer part of ``2 * (s_max - s)``, 32 of them, the last open;
-:func:`_fits` bisects them). Words per split::
+Round 1, after the greedy round gave every rank ``s_max``: program ``(row, split)`` of
+:func:`nucleus_local` computes over the split's kept elements (min-p applied) the masses
+``q = floor(exp(s - s_max) * 2**40)`` of :mod:`..reference` and their sum, and sends an
+*upper set* of its kept elements as candidates: every kept element with ``s`` above a
+level chosen so that at most ``SLOTS`` qualify (levels 0.5 apart in ``s``, 32 of them, the
+last open; :func:`_fits`). Words per split::
 
     [sum of q, w = ordered32(largest s left out) (lowest int32: none), best, SLOTS keys]
 
-``best`` is the best score key over all kept elements, computed only for rows whose
-``top_p`` is off (>= 1: plain or min-p sampling). Candidate keys are ``key(s, j)``;
-the final kernel recomputes their masses and Gumbel scores from ``s`` and ``j``
-(the same device functions, so the same bits as the local kernel and the torch ops).
+``best`` is the best score key over all kept elements, for rows whose ``top_p`` is off.
+Candidate keys are ``key(s, j)``; the final kernel recomputes masses and scores from them.
 
-Why it is exact when it decides: let ``B = max(w)`` over all splits. Every kept
-element with ``s > B`` is a candidate (each split sent all of its elements above its
-own ``w``), so the candidates' mass at or above any level ``v > B`` is the row's.
-:func:`nucleus_final` computes ``Z`` (the sum of the splits' sums), ``thr`` as the
-definition does, and decides iff the candidates above ``B`` carry at least ``thr``:
-then ``tau`` (the largest ``s`` whose mass at or above it reaches ``thr``) is above
-``B`` and found by bisection over the candidates, and the kept set ``s >= tau`` is
-among them, ties included. Otherwise the row goes to a second round (:mod:`.spill`),
-which gathers every element at or above a level the candidates prove to be at or
-below ``tau``; rows that round cannot decide either get -1 and set ``need``, and the
-caller runs the exact torch-ops path (:mod:`.fallback`). Rows that are greedy (``T == 0``,
-a non-finite ``s_max``) take the greedy key.
+Why it is exact when it decides: let ``B = max(w)``. Every kept element with ``s > B`` is a
+candidate, so the candidates' mass at or above any level ``v > B`` is the row's.
+:func:`nucleus_final` computes ``Z`` and ``thr`` as the definition does and decides iff
+the candidates above ``B`` carry ``thr``: then ``tau`` is above ``B``, found by bisection,
+and the kept set ``s >= tau`` is among the candidates, ties included. Otherwise it finds
+``lam <= tau``, the largest level at which the candidates' own mass reaches ``thr``.
+
+Round 2 (:func:`again_local`, :func:`again_final`): every split sends ``[count, SLOTS
+keys]``, every element with ``ordered32(s) >= lam`` when at most ``SLOTS`` qualify, else
+only the count (min-p keeps an upper set, so those are kept). With no overflow the final
+kernel has the whole nucleus: ``tau`` by bisection from ``lam``. Else the token stays -1
+and ``need`` is set: the caller's exact fallback. (Without round 2, on ``randn * 3``
+logits at T=0.8, one split with dense top elements sent about one row in 64 to it:
+milliseconds.) Rows round 1 decided have ``lam`` DONE and round 2 skips them (no words,
+no epoch) on every rank alike; ``lam`` starts DONE (:func:`nucleus_local`), so a harness
+that runs writers before earlier waiting kernels (``tests.emulated``'s warm) skips every
+row alike. Round 2's split 0 stores the ``lam`` its writers saw, for its final kernel.
+
+A row whose per-row ``top_k`` is on (``0 < k < V``) is decided by :func:`nucleus_k_row`
+from round 1's candidates: if at least ``k`` lie above ``B``, the k-th largest of them is
+the row's k-th largest kept ``s`` and top-k keeps the candidates at or above it (every
+element equal to the cut is above ``B``); if fewer do and no split left anything out, the
+candidates are the whole kept set. Otherwise the token is -1 with ``need`` and ``more``.
 """
 
 from __future__ import annotations
@@ -37,22 +43,26 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .finals import row_box, use_greedy
 from .keys import (
     KEY_MIN,
     argmax_key,
+    decode_keys,
     divisor,
     index,
     key,
+    mass_q,
+    mass_threshold,
     ordered32,
     row_key,
     scale,
+    score_keys,
     scores,
+    tau_level,
+    use_greedy,
     value,
 )
-from .masses import decode_keys, mass_q, mass_threshold, score_keys, tau_level
-from .rowk import nucleus_k_row
-from .writers import full, load_row, row_target
+from .ll import gathered, row_box, row_target
+from .writers import full, load_at, load_row
 
 HEAD: tl.constexpr = tl.constexpr(3)  # words before a split's candidate slots
 BINS: tl.constexpr = tl.constexpr(32)  # levels of 2 * (s_max - s): 0.5 apart, the last open
@@ -62,9 +72,8 @@ DONE: tl.constexpr = tl.constexpr(0x7FFFFFFF)  # lam of a row round 1 decided
 @triton.jit
 def _fits(level, keep, SLOTS: tl.constexpr):
     """The largest ``L`` in ``0..BINS`` with at most ``SLOTS`` kept elements below level
-    ``L``: a bisection, six block-wide counts. The same answer from a 32-bin
-    ``tl.histogram`` and its prefix sum cost more: at M=64 on one H200 nucleus_local
-    took 27.7 us with them, 25.7 with this, 19.9 with no selection at all (timing only)."""
+    ``L``, in six block-wide counts. A 32-bin histogram and prefix sum cost more (M=64,
+    one H200: nucleus_local 27.7 us with them, 25.7 with this, 19.9 selecting nothing)."""
     lo = tl.full((), 0, tl.int32)  # no element is below level 0
     hi = tl.full((), BINS + 1, tl.int32)  # above every L
     for _ in tl.static_range(6):  # ceil(log2(BINS + 1)) steps; later ones keep lo
@@ -81,11 +90,9 @@ def nucleus_local(
     peers, epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    """Also resets the call's flags, so that no fill kernel runs: ``lam`` to DONE (split 0
-    of each row; :func:`nucleus_final`, later in stream order, sets it) and both of
-    ``need_ptr``'s flags (``need``, ``more``) to False (program ``(0, 0)``). ``ROWK``:
-    ``k_ptr`` is a per-row ``top_k`` (int64 ``[M]``), and a row with it on (``0 < k <
-    V``) sends candidates even where its ``top_p`` is off (:func:`.rowk.nucleus_k_row`)."""
+    """Also resets the call's flags (no fill kernel): ``lam`` to DONE (split 0) and
+    ``need``, ``more`` to False (program ``(0, 0)``). ``ROWK``: ``k_ptr`` is a per-row
+    ``top_k``; a row with it on sends candidates even where its ``top_p`` is off."""
     if full(N, BLOCK):
         _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr,
                        need_ptr, k_ptr, peers, epoch, pstride, relems, own, V, N, col0, BLOCK,
@@ -154,11 +161,10 @@ def nucleus_final(
     LANES: tl.constexpr, XBITS: tl.constexpr, ROWK: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr,
 ):  # fmt: skip
-    """The token of every decided row, and ``lam`` = DONE; for the others, -1 and the
-    second round's level ``lam`` and ``thr`` (:mod:`.spill`), or ``need`` set when the
-    candidates' mass never reaches ``thr``; for either, ``more`` (``need_ptr + 1``) set:
-    a caller may skip round 2 when it is not (:mod:`.fallback`). ``ROWK``: rows whose
-    ``top_k`` (``k_ptr``) is on take :func:`.rowk.nucleus_k_row` instead."""
+    """The token of every decided row, and ``lam`` = DONE; for the others, -1 and round
+    2's ``lam`` and ``thr``, or ``need``; for either, ``more`` (``need_ptr + 1``): the
+    caller may skip round 2 without it. ``ROWK``: rows with ``top_k`` on take
+    :func:`nucleus_k_row`."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         _nucleus_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
@@ -191,7 +197,7 @@ def _nucleus_row(
     lam = tl.full((), DONE, tl.int32)
     thr = tl.full((), 0, tl.int64)
     if not use_greedy(t, gbest):
-        if ROWK:  # a per-row k: rows with it on (0 < k < V) are top-k's (rowk.py)
+        if ROWK:  # a per-row k: rows with it on (0 < k < V) take nucleus_k_row
             kr = tl.load(k_ptr + row)
             if (kr > 0) & (kr < V):
                 tok = nucleus_k_row(cand, on, w, ok, gbest, t, p, kr, seed_ptr, row, need_ptr,
@@ -244,3 +250,125 @@ def _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row, need_ptr, XB
             else:
                 tl.store(need_ptr, 1)
     return tok, lam, thr
+
+
+@triton.jit
+def nucleus_k_row(cand, on, w, ok, gbest, t, p, k, seed_ptr, row, need_ptr, XBITS: tl.constexpr):
+    """The token of a row whose ``top_k`` is on (``0 < k < V``) from top-p's round-1 words
+    (``cand`` its candidate keys on the ``on`` lanes, ``w`` each ``ok`` split's largest
+    ``s`` left out; ``p`` float64, 1 for off), or -1 with ``need`` and ``more`` set."""
+    none = -0x7FFFFFFF - 1
+    bound = tl.max(tl.where(ok, w, none), 0)
+    valid = on & (cand != KEY_MIN)
+    s, h, u, _ = decode_keys(cand, t, valid, XBITS)
+    above = valid & (h > bound)  # every kept element with s > B
+    n = tl.sum(above.to(tl.int64), 0)
+    tok = tl.full((), -1, tl.int64)
+    if (n >= k) | (bound == none):
+        lo = tl.min(tl.where(above, u, 1 << 32), 0)
+        hi = tl.max(tl.where(above, u, 0), 0) + 1
+        kth = tau_level(u, h, above.to(tl.int64), above, lo, hi, tl.minimum(k, n), none)
+        top = above & (h >= kth)  # the kept set after top-k, ties at the cut included
+        tau = kth
+        if p < 1.0:
+            q = tl.where(top, mass_q(s, scale(value(gbest), divisor(t))), 0)
+            lo = tl.min(tl.where(top, u, 1 << 32), 0)
+            hi = tl.max(tl.where(top, u, 0), 0) + 1
+            tau = tau_level(u, h, q, top, lo, hi, mass_threshold(tl.sum(q, 0), p), none)
+        sc = score_keys(cand, seed_ptr, row)
+        tok = index(tl.max(tl.where(top & (h >= tau), sc, KEY_MIN), 0))
+    else:
+        tl.store(need_ptr, 1)
+        tl.store(need_ptr + 1, 1)
+    return tok
+
+
+@triton.jit(do_not_specialize=["own", "col0"])
+def again_local(
+    x_ptr, x_stride, t_ptr, lam_ptr, seen_ptr, peers, epoch, pstride, relems, own, S, N, col0,
+    BLOCK: tl.constexpr, SLOTS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """Program ``(row, p)`` of ``(M, P)`` serves the row's splits ``p, p + P, ..`` (``S``
+    of them) in turn: the launch costs little when no row needs it (every top-p call)."""
+    row = tl.program_id(0).to(tl.int64)
+    lam = tl.load(lam_ptr + row)
+    if tl.program_id(1) == 0:
+        tl.store(seen_ptr + row, lam)  # what the writers saw, for the final kernel
+    if lam != DONE:
+        ep, off = row_target(epoch, pstride, relems, row)
+        t = tl.load(t_ptr + row)
+        split = tl.program_id(1)
+        while split < S:
+            _again_split(x_ptr, x_stride, t, lam, peers, off, ep, own, N, col0, row, split,
+                         BLOCK, SLOTS, WORLD, THREADS)  # fmt: skip
+            split += tl.num_programs(1)
+
+
+@triton.jit
+def _again_split(
+    x_ptr, x_stride, t, lam, peers, off, ep, own, N, col0, row, split, BLOCK: tl.constexpr,
+    SLOTS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
+    s = scale(x, divisor(t))
+    sel = mask & (ordered32(s) >= lam)
+    slot = tl.cumsum(sel.to(tl.int32), 0) - 1
+    count = tl.sum(sel.to(tl.int32), 0)
+    fits = count <= SLOTS
+    base = own + split * (1 + SLOTS)
+    ll.put_few(peers, off, base, count.to(tl.int64), 0, ep, 1, WORLD, THREADS)
+    ll.put(peers, off, base + 1 + slot, key(s, gidx), sel & fits, ep, WORLD)
+    j = tl.arange(0, 64)
+    empty = ((j >= count) | ~fits) & (j < SLOTS)
+    ll.put(peers, off, base + 1 + j, tl.full([64], KEY_MIN, tl.int64), empty, ep, WORLD)
+
+
+@triton.jit(do_not_specialize=["M"])
+def again_final(
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, seen_ptr, thr_ptr,
+    gbest_ptr, out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
+    LANES: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """The token of every row round 1 left to this round; -1 and ``need`` set where a
+    split had more than ``SLOTS`` elements at or above ``lam``."""
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:  # a while loop: the interpreter cannot range over program ids
+        lam = tl.load(seen_ptr + row)
+        if lam != DONE:
+            _again_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+                       thr_ptr, gbest_ptr, out_ptr, need_ptr, C, CAND, SLOTS, LANES, XBITS,
+                       THREADS, TRAP)  # fmt: skip
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def _again_row(
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, thr_ptr,
+    gbest_ptr, out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
+    LANES: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    F: tl.constexpr = 1 + SLOTS
+    c = tl.arange(0, CAND)
+    ok = c < C
+    ep, rowbox, count = gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, c * F, ok, THREADS, TRAP
+    )
+    e = tl.arange(0, LANES)  # candidate e: split e // SLOTS, slot e % SLOTS
+    on = (e // SLOTS) < C
+    cand = ll.wait(rowbox, (e // SLOTS) * F + 1 + e % SLOTS, on, ep, timeout_us, status,
+                   THREADS, TRAP)  # fmt: skip
+    if tl.max(tl.where(ok, count, 0), 0) <= SLOTS:
+        valid = on & (cand != KEY_MIN)
+        t = tl.load(t_ptr + row)
+        s, h, u, _ = decode_keys(cand, t, valid, XBITS)
+        smax = scale(value(tl.load(gbest_ptr + row)), divisor(t))
+        q = tl.where(valid, mass_q(s, smax), 0)
+        # Every element at or above lam is here, and their mass reaches thr.
+        lo = tl.min(tl.where(valid, u, 1 << 32), 0)
+        hi = tl.max(tl.where(valid, u, 0), 0) + 1
+        tau = tau_level(u, h, q, valid, lo, hi, tl.load(thr_ptr + row), -0x7FFFFFFF - 1)
+        sc = score_keys(cand, seed_ptr, row)
+        tl.store(out_ptr + row, index(tl.max(tl.where(valid & (h >= tau), sc, KEY_MIN), 0)))
+    else:
+        tl.store(need_ptr, 1)
+    tl.store(epoch + row, ep)

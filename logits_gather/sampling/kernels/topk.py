@@ -1,49 +1,41 @@
-"""Top-k on the fused path, with min-p and top-p over the exact top-k set (imported
-lazily: needs Triton): round 2's first writer and the final kernel.
+"""Top-k on the fused path, with min-p and top-p over the exact top-k set.
 
-Round 1 (:func:`.writers.topk_probe`, :func:`.finals.topk_reduce`) gives every rank the
-row's greedy key and a bound ``low`` at or below the row's k-th largest ``s``. Round 2
-has two writers, launched back to back:
+Round 1: :func:`topk_probe` sends each split's greedy key and the largest x of ``G`` column
+groups; :func:`topk_reduce` takes the row's greedy key and the bound ``low``, the scores of
+the k-th largest group maximum: at or below the row's k-th largest ``s`` when at least
+``k`` groups hold a column (``x / T`` is monotone). Round 2 has two writers, back to back:
 
-- :func:`topk_local` (grid ``(M, S)``): a split with at most ``KP`` elements at or
-  above ``low`` sends them all; a split with more sends nothing and marks itself in
-  ``flags`` with the row's epoch (every program stores its flag on every call, so no
-  flag is stale).
-- :func:`.overflow.topk_overflow`: only the marked splits (rare), which send their ``k`` largest
-  (a radix select). This code lives in its own kernel: inside :func:`topk_local`,
-  never run, it made that kernel 1.7x slower at M=64. Its grid
-  is ``(M, P)`` with ``P`` at most ``S`` (:func:`.geometry.idle_programs`): each
-  program reads the flags of its share of the row's splits at once and serves the
-  marked ones in turn, so the launch is cheap when none is marked.
+- :func:`topk_local` (grid ``(M, S)``): a split with at most ``KP`` elements at or above
+  ``low`` sends them all; one with more sends nothing and marks itself in ``flags`` with
+  the row's epoch (every program stores its flag on every call, so none is stale).
+- :func:`topk_overflow`: only the marked splits (rare) send their ``k`` largest (a radix
+  select). Inside :func:`topk_local`, never run, this code made it 1.7x slower at M=64.
+  Program ``(row, p)`` of ``(M, P)``, ``P <= S``, reads the flags of its share of the
+  row's splits at once and serves the marked ones in turn, so the launch is cheap when
+  none is marked.
 
-A per-row ``k`` whose rows may turn top-k off runs :func:`.rowk.rowk_local` instead of
-:func:`topk_local`, and the final kernel's ``PLAIN`` variant (:mod:`.rowk`).
-
-Words per split: ``[tie, floor, KP candidate keys key(s, j)]``. ``tie`` and ``floor``
-are KEY_MIN unless the split left out elements equal to its k-th largest ``v``; then
-``floor = (count left out << 32) | ordered32(v)`` and ``tie`` is the best Gumbel
-score key among all of the split's elements equal to ``v`` (they share one ``s``).
-The final kernel polls the candidates and the heads at once (the heads as their own
-short vector, not one copy per candidate lane: 10.8 instead of 11.5 us at M=64 on one
-H200, one rank), and a tie word enters its maximum as one more score: it is at least
-the score of any of the split's candidates at ``v``, since such a split sent at least
-one.
+Words per split: ``[tie, floor, KP candidate keys key(s, j)]``. ``tie`` and ``floor`` are
+KEY_MIN unless the split left out elements equal to its k-th largest ``v``; then ``floor =
+(count left out << 32) | ordered32(v)`` and ``tie`` is the best Gumbel score key among the
+split's elements equal to ``v`` (they share one ``s``). :func:`topk_final` polls the
+candidates and the heads at once (the heads as their own short vector: 10.8 instead of
+11.5 us at M=64 on one H200), and a tie word enters its maximum as one more score.
 
 Why the final kernel knows the kept set exactly: let ``T`` be the row's k-th largest
 ``s``. A split that sent everything at or above ``low <= T`` sent all its elements at or
-above ``T``; a split that sent its k largest either sent ``k`` elements ``>= T`` or all
-of its elements ``>= T``, but for left-out elements equal to its ``v <= T``. So the
-k-th largest candidate is ``T`` (the cut), and the row's elements at or above ``T``
-are the candidates there plus, for each split whose ``v`` equals ``T``, its left-out
-count at value ``T``. min-p then keeps an upper set of those, and top-p needs only
-their masses: ``Z``, ``thr`` and ``tau`` are computed as :mod:`.reference` defines
-them (``tau`` by bisection), and the token is the best score among the kept elements
-at or above ``tau``. No fallback is needed.
-
+above ``T``; a split that sent its k largest sent ``k`` elements ``>= T`` or all of them,
+but for left-out elements equal to its ``v <= T``. So the k-th largest candidate is ``T``,
+and the row's elements at or above ``T`` are the candidates there plus each split's
+left-out count at value ``T``. min-p keeps an upper set of those, and top-p needs only their
+masses (``Z``, ``thr``, ``tau`` as :mod:`..reference` defines them). No fallback is needed.
 The cut and ``tau`` are searched over radix keys ordered like ``s``
-(:func:`.masses.decode_keys`): for bfloat16 inputs, 16-bit keys of ``x`` recovered from
-``s`` (two radix rounds instead of four, at most 16 bisection steps instead of about
-25), checked per row; else ``ordered32(s)``'s 32 bits.
+(:func:`.keys.decode_keys`).
+
+A per-row ``k`` (int64 ``[M]``) runs :func:`rowk_local` as round 2's first writer: rows
+with ``k`` off (0 or ``>= V``) write the sample format into the first two words per split
+and mark no split; :func:`topk_row` (``PLAIN``) reads them as :func:`.finals.sample_row`
+does, so their tokens are the sample path's (min-p's). Program ``(0, 0)`` sets ``need``
+when a row has ``64 < k < V``: those tokens are junk and the caller's fallback recomputes.
 """
 
 from __future__ import annotations
@@ -52,21 +44,125 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .finals import row_box, row_k, sample_row, use_greedy
+from .finals import sample_row
 from .keys import (
     KEY_MIN,
     LOW,
+    decode_keys,
     divisor,
     index,
     key,
+    key_at,
+    kth_largest,
     kth_largest_in,
+    mass_q,
+    mass_threshold,
     ordered32,
     ordered_value,
+    radix_bits,
+    row_k,
+    row_key,
     scale,
+    score_keys,
+    scores,
+    tau_level,
+    top_select,
+    use_greedy,
     value,
 )
-from .masses import decode_keys, mass_q, mass_threshold, score_keys, tau_level
-from .writers import full, load_row, row_target
+from .ll import gathered, last_arrival, place, row_box, row_target
+from .writers import full, load_at, load_row, minp_write, sample_write
+
+
+@triton.jit(do_not_specialize=["own", "col0"])
+def topk_probe(
+    x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
+    BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """Round 1: [greedy key, ``ordered32(x) << 32`` of the largest x of each of ``G``
+    column groups]."""
+    probe_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, peers, epoch,
+                pstride, relems, own, N, col0, BLOCK, G, WORLD, THREADS)  # fmt: skip
+
+
+@triton.jit
+def probe_write(
+    row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
+    BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """:func:`topk_probe`'s work for split ``split`` of row ``row``."""
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
+    h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
+    tops = tl.max(tl.reshape(h, [G, BLOCK // G]), 1)
+    i = tl.arange(0, THREADS)
+    word = tl.gather(tops, tl.minimum(tl.maximum(i // 2 - 1, 0), G - 1), 0).to(tl.int64)
+    lanes = tl.where(i % 2 == 0, 0, word)  # low half 0, high half the ordered x
+    lanes = ll.lane_word(lanes, 0, key_at(h, gidx, tl.max(tops, 0))[0], THREADS)
+    ep, off = row_target(epoch, pstride, relems, row)
+    ll.put_lanes(peers, off, own + split * (1 + G), lanes, 1 + G, ep, WORLD, THREADS)
+
+
+@triton.jit(do_not_specialize=["M", "k"])
+def topk_reduce(
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, gbest_ptr, low_ptr, C, k,
+    CAND: tl.constexpr, G: tl.constexpr, ROWK: tl.constexpr, BITS: tl.constexpr,
+    THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """The row's greedy key and ``low = ordered32(x_b / T)``, ``x_b`` the k-th largest group
+    maximum (the lowest int32 when fewer than k groups hold a column). ``BITS`` 16
+    (bfloat16): the radix select takes two rounds instead of four."""
+    row = tl.program_id(0).to(tl.int64)
+    while row < M:
+        reduce_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr,
+                   low_ptr, C, k, CAND, G, ROWK, BITS, THREADS, TRAP)  # fmt: skip
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def reduce_row(
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr, low_ptr, C, k,
+    CAND: tl.constexpr, G: tl.constexpr, ROWK: tl.constexpr, BITS: tl.constexpr,
+    THREADS: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`topk_reduce`'s work for one row."""
+    c = tl.arange(0, CAND)
+    ok = c < C
+    ep, rowbox, gx = gathered(
+        box, epoch, pstride, relems, status, timeout_us, row, c * (1 + G), ok, THREADS, TRAP
+    )
+    e = tl.arange(0, CAND * G)  # sent key e: split e // G, group e % G
+    at = (e // G) * (1 + G) + 1 + e % G
+    sent = ll.wait(rowbox, at, (e // G) < C, ep, timeout_us, status, THREADS, TRAP)
+    valid = ((e // G) < C) & (sent != KEY_MIN)
+    u = ((sent >> 32).to(tl.int32).to(tl.uint32, bitcast=True)) ^ 0x80000000
+    count = tl.sum(valid.to(tl.int32), 0)
+    kr = row_k(k, row, ROWK)
+    kk = tl.minimum(kr, count)
+    uk = kth_largest(u >> (32 - BITS), valid, tl.maximum(kk, 1), BITS) << (32 - BITS)
+    if BITS == 16:  # the low half of a negative x's key is all ones (ordered32)
+        uk = tl.where(uk < 0x80000000, uk | 0xFFFF, uk)
+    xb = ordered_value(uk ^ 0x80000000)
+    t = tl.load(t_ptr + row)
+    low = ordered32(scale(xb, divisor(t)))
+    tl.store(gbest_ptr + row, tl.max(tl.where(ok, gx, KEY_MIN), 0))
+    tl.store(low_ptr + row, tl.where(count >= kr, low, -0x7FFFFFFF - 1))
+    tl.store(epoch + row, ep)
+
+
+@triton.jit(do_not_specialize=["k", "own", "col0"])
+def probe_one(
+    x_ptr, x_stride, t_ptr, gbest_ptr, low_ptr, k, peers, box, epoch, arrivals, pstride,
+    relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, G: tl.constexpr,
+    ROWK: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    CAND: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`.writers.topk_probe` then :func:`.finals.topk_reduce` in one launch."""
+    row, split = place()
+    probe_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK,
+                G, WORLD, THREADS)  # fmt: skip
+    if last_arrival(arrivals, row):
+        reduce_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr,
+                   low_ptr, C, k, CAND, G, ROWK, BITS, THREADS, TRAP)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -74,7 +170,7 @@ def topk_local(
     x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, KP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    if full(N, BLOCK):  # see kernels.full: 36 instead of 40 instructions per element
+    if full(N, BLOCK):  # see writers.full
         _topk_local(x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own,
                     N, col0, BLOCK, KP, WORLD, THREADS, True)  # fmt: skip
     else:
@@ -108,6 +204,108 @@ def _topk_local(
     ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), empty, ep, WORLD)
 
 
+@triton.jit(do_not_specialize=["own", "V", "col0"])
+def rowk_local(
+    x_ptr, x_stride, t_ptr, low_ptr, flags, k_ptr, seed_ptr, mp_ptr, gbest_ptr, need_ptr,
+    peers, epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, KP: tl.constexpr,
+    KMAX: tl.constexpr, MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """Round 2's first writer for a per-row ``k``: the sample format where ``k`` is off,
+    :func:`topk_local` elsewhere; program ``(0, 0)`` sets ``need`` (``KMAX < k < V``)."""
+    row = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    if (row == 0) & (split == 0):
+        _need(k_ptr, need_ptr, tl.num_programs(0), V, KMAX)
+    kr = tl.load(k_ptr + row)
+    if (kr == 0) | (kr >= V):
+        ep = ll.epoch_of(epoch, row)
+        tl.store(flags + row * tl.num_programs(1) + split, -ep)  # nothing to overflow
+        F: tl.constexpr = 2 + KP
+        if MINP:
+            minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers,
+                       epoch, pstride, relems, own, N, col0, BLOCK, WORLD, THREADS, F)  # fmt: skip
+        else:
+            sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride,
+                         relems, own, N, col0, BLOCK, WORLD, THREADS, F)  # fmt: skip
+    else:
+        topk_local(x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own, N,
+                   col0, BLOCK, KP, WORLD, THREADS)  # fmt: skip
+
+
+@triton.jit
+def _need(k_ptr, need_ptr, M, V, KMAX: tl.constexpr):
+    """``need = any(KMAX < k < V)`` over ``M`` rows, 256 at a time."""
+    bad = tl.zeros([256], tl.int32)
+    start = 0
+    while start < M:
+        i = start + tl.arange(0, 256)
+        k = tl.load(k_ptr + i, mask=i < M, other=0)
+        bad = bad | ((k > KMAX) & (k < V)).to(tl.int32)
+        start += 256
+    tl.store(need_ptr, tl.max(bad, 0) != 0)
+
+
+@triton.jit(do_not_specialize=["own", "k", "col0"])
+def topk_overflow(
+    x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, S, N, col0,
+    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
+    SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """The marked splits' ``k`` (<= KP) largest; program ``(row, p)`` serves splits ``p, p +
+    P, ..`` of the row's ``S`` (``SP >= S``)."""
+    overflow_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
+                   seed_ptr, flags, peers, epoch, pstride, relems, own, k, S, N, col0, BLOCK,
+                   KP, BITS, ROWK, SP, WORLD, THREADS)  # fmt: skip
+
+
+@triton.jit
+def overflow_write(
+    row, p, x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, S,
+    N, col0, BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
+    SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    """:func:`topk_overflow`'s work as program ``(row, p)``."""
+    ep, off = row_target(epoch, pstride, relems, row)
+    j = tl.arange(0, SP)
+    mine = (j < S) & (j % tl.num_programs(1) == p)
+    todo = mine & (tl.load(flags + row * S + j, mask=mine, other=0) == ep)
+    while tl.max(todo.to(tl.int32), 0) == 1:
+        split = tl.min(tl.where(todo, j, SP), 0)
+        todo = todo & (j != split)
+        _overflow_split(x_ptr, x_stride, t_ptr, seed_ptr, peers, off, ep, own, k, N, col0,
+                        row, split, BLOCK, KP, BITS, ROWK, WORLD, THREADS)  # fmt: skip
+
+
+@triton.jit
+def _overflow_split(
+    x_ptr, x_stride, t_ptr, seed_ptr, peers, off, ep, own, k, N, col0, row, split,
+    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
+    WORLD: tl.constexpr, THREADS: tl.constexpr,
+):  # fmt: skip
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
+    t = tl.load(t_ptr + row)
+    r = divisor(t)
+    s = scale(x, r)
+    h = ordered32(s)
+    kr = row_k(k, row, ROWK)
+    sel, slot, v, overflow = top_select(h, radix_bits(x, BITS), mask, kr, BITS)
+    tie = tl.full((), KEY_MIN, tl.int64)
+    floor = tl.full((), KEY_MIN, tl.int64)
+    if overflow:
+        eq = mask & (h == v)
+        g = scores(x, r, row_key(seed_ptr, row), gidx)[1]
+        tie = tl.max(tl.where(eq, key(g, gidx), KEY_MIN), 0)
+        left = tl.sum((eq & ~sel).to(tl.int32), 0).to(tl.int64)
+        floor = (left << 32) | (v.to(tl.int64) & LOW)
+    sel = sel & (slot < KP)  # k <= KP: a guard
+    base = own + split * (2 + KP)
+    ll.put_few(peers, off, base, tie, floor, ep, 2, WORLD, THREADS)
+    ll.put(peers, off, base + 2 + slot, key(s, gidx), sel, ep, WORLD)
+    j = tl.arange(0, KP)
+    count = tl.sum(sel.to(tl.int32), 0)
+    ll.put(peers, off, base + 2 + j, tl.full([KP], KEY_MIN, tl.int64), j >= count, ep, WORLD)
+
+
 @triton.jit(do_not_specialize=["M", "k", "V"])
 def topk_final(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, mp_ptr,
@@ -115,10 +313,8 @@ def topk_final(
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr, PLAIN: tl.constexpr,
 ):  # fmt: skip
-    """The token of every row: top-k (``k``; with ``ROWK`` an int64 ``[M]`` tensor), then
-    min-p (``MINP``: ``mp_ptr`` fp32) and top-p (``TOPP``: ``p_ptr`` float64 or float32, rows
-    with ``p >= 1`` off). ``PLAIN`` (with ``ROWK``): rows whose ``k`` is 0 or ``>= V`` are
-    in the sample format (:mod:`.rowk`)."""
+    """The token of every row: top-k (``k``; ``ROWK``: int64 ``[M]``), then min-p
+    (``MINP``) and top-p (``TOPP``; ``p_ptr`` float64 or float32, ``p >= 1`` off)."""
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
@@ -134,13 +330,13 @@ def topk_row(
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr, PLAIN: tl.constexpr,
 ):  # fmt: skip
-    """:func:`topk_final`'s work for one row (also :mod:`.single`'s)."""
+    """:func:`topk_final`'s work for one row."""
     F: tl.constexpr = 2 + KP
     if PLAIN:
         kr = tl.load(k + row)
         if (kr == 0) | (kr >= V):
-            sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                       out_ptr, C, CAND, THREADS, TRAP, F)  # fmt: skip
+            sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, out_ptr, C,
+                       CAND, THREADS, TRAP, F)  # fmt: skip
         else:
             _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
                       p_ptr, mp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK,
@@ -208,3 +404,22 @@ def _topk_row(
         tok = index(tl.maximum(best, tied))
     tl.store(out_ptr + row, tok)
     tl.store(epoch + row, ep)
+
+
+@triton.jit(do_not_specialize=["k", "own", "col0", "V"])
+def topk_one(
+    x_ptr, x_stride, t_ptr, seed_ptr, flags, p_ptr, mp_ptr, gbest_ptr, out_ptr, k, peers,
+    box, epoch, arrivals, pstride, relems, own, N, col0, status, timeout_us, S, C, V,
+    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
+    SP: tl.constexpr, TOPP: tl.constexpr, MINP: tl.constexpr, PLAIN: tl.constexpr,
+    WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`topk_overflow` then :func:`topk_final` in one launch."""
+    row, p = place()
+    overflow_write(row, p, x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride,
+                   relems, own, k, S, N, col0, BLOCK, KP, BITS, ROWK, SP, WORLD,
+                   THREADS)  # fmt: skip
+    if last_arrival(arrivals, row):
+        topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
+                 mp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, BITS,
+                 THREADS, TRAP, PLAIN)  # fmt: skip

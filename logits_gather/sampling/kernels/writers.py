@@ -1,36 +1,33 @@
-"""Triton kernels of the fused sampling path that write (imported lazily: needs Triton).
+"""The fused kernels' writers of greedy, sampling, min-p and logprobs.
 
-Every operation is one or two rounds of a ``*_local`` kernel on a ``(M, S)`` grid
-followed by a waiting kernel on ``(M,)`` (:mod:`.finals`). Program ``(row, split)``
-of a local kernel reads ``BLOCK`` columns of its row once, keeps everything in
-registers and stores ``F`` words straight into every rank's mailbox (:mod:`.ll`):
-row ``row``, words ``OWN + HEAD + split * F ..`` where ``OWN`` is this rank's part
-of the row. Word layouts per split (``HEAD`` words in front):
+Program ``(row, split)`` of a ``*_local`` kernel reads ``BLOCK`` columns of its row once,
+keeps them in registers and stores ``F`` words into every rank's mailbox (:mod:`.ll`) at
+``OWN + HEAD + split * F ..``, ``OWN`` this rank's part of the row. Each ``*_write`` is one
+program's work, shared with the one-launch kernels (:mod:`.finals`). Words per split:
 
-=================  ==================================================  ========  ====
-kernel             words per split                                     ``F``     HEAD
-=================  ==================================================  ========  ====
-greedy_local       key(x max)                                          1         0
-sample_local       key(x max), key(best g)                             2         0
-minp_local         global key(x max), key(best g among kept)           2         0
-topk_probe         key(x max), key(s max) of each of G column groups   1 + G     0
-topk_local         tie word, floor, candidate keys (s, j) in KP slots  2 + KP    0
-                   (in :mod:`.topk`, with its overflow kernel)
-logprobs_local     (max, sum exp) fp32 pair, top_n keys (x, j)         1 + NP    1
-                   (in :mod:`.logprob_writer`)
-=================  ==================================================  ========  ====
+==============  ==========================================  ======  ====
+kernel          words per split                             ``F``   HEAD
+==============  ==========================================  ======  ====
+greedy_local    key(x max)                                  1       0
+sample_local    key(x max), key(best g)                     2       0
+minp_local      global key(x max), key(best g among kept)   2       0
+logprobs_local  (max, sum exp) fp32 pair, top_n keys (x, j) 1 + NP  1
+==============  ==========================================  ======  ====
 
-(logprobs' head word is the token's logit, stored by split 0 of each rank.) Keys,
-noise and the top-K selection are in :mod:`.keys`.
+logprobs' head word is the token's logit, stored by split 0 of each rank. Top-k's and
+top-p's layouts are in :mod:`.topk` and :mod:`.nucleus`.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from . import ll
 from .keys import (
+    KEY_MIN,
+    LOW,
     argmax_key,
     best_key,
     divisor,
@@ -38,21 +35,21 @@ from .keys import (
     max_or_nan,
     ordered,
     ordered32,
+    radix_bits,
     row_key,
     scale,
     scores,
     value,
 )
+from .ll import row_target
 
 
 @triton.jit
 def full(N, BLOCK: tl.constexpr):
-    """Whether this program's split has ``BLOCK`` columns (all but a row's last, at most).
-    The writers run their body specialised on it (``FULL``): with the mask a constant,
-    sm_90 SASS per element went from 101 to 96 instructions in sample_local, 176 to 170
-    in nucleus_local, 40 to 36 in topk_local, 27 to 24 in logprobs_local (top-n); topk_local
-    took 11.6 instead of 11.9 us at M=64 (one H200). (The two calls written once, in a
-    ``tl.static_range(2)`` loop, compiled to other code: logprobs_local spilled.)"""
+    """Whether this program's split has ``BLOCK`` columns. Writers specialise on it
+    (``FULL``): sm_90 SASS per element 101 -> 96 in sample_local, 176 -> 170 nucleus_local,
+    40 -> 36 topk_local (11.9 -> 11.6 us at M=64, one H200), 27 -> 24 logprobs_local. Both
+    calls in one ``tl.static_range(2)`` loop compiled otherwise: logprobs_local spilled."""
     return full_at(tl.program_id(1), N, BLOCK)
 
 
@@ -84,12 +81,6 @@ def load_at(x_ptr, x_stride, N, col0, row, split, BLOCK: tl.constexpr, FULL: tl.
     return row, cols, mask, x, cols + col0
 
 
-@triton.jit
-def row_target(epoch, pstride, relems, row):
-    ep = ll.epoch_of(epoch, row)
-    return ep, ll.row_offset(pstride, relems, row, ep)
-
-
 @triton.jit(do_not_specialize=["own", "col0"])
 def greedy_local(
     x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
@@ -105,7 +96,7 @@ def greedy_write(
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """:func:`greedy_local`'s work for split ``split`` of row ``row`` (int64), a full split
-    or a row's last (also :mod:`.single`'s)."""
+    or a row's last."""
     if full_at(split, N, BLOCK):
         _greedy_local(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
                       BLOCK, WORLD, THREADS, True)  # fmt: skip
@@ -130,10 +121,9 @@ def sample_local(
     x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
-    """Plain sampling: [greedy word, best score key]. The greedy word is the exact greedy
-    key where the row may be greedy (T == 0, a NaN or +inf, an overflowing s, or
-    this split all -inf); elsewhere its value part alone (the split's x max) is exact,
-    which is all the final kernel reads of it (see :func:`.finals.use_greedy`)."""
+    """[greedy word, best score key]. The greedy word is the exact greedy key where the
+    row may be greedy (T == 0, NaN or +inf, an overflowing s, all -inf); elsewhere only
+    its value part (the split's x max), all that :func:`.keys.use_greedy` reads."""
     sample_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
                  seed_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, WORLD,
                  THREADS)  # fmt: skip
@@ -144,9 +134,8 @@ def sample_write(
     row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, F: tl.constexpr = 2,
 ):  # fmt: skip
-    """:func:`sample_local`'s work for split ``split`` of row ``row``, a full split or a
-    row's last (also :mod:`.single`'s); its words at ``own + split * F`` (:mod:`.rowk`
-    puts them in top-k's layout)."""
+    """:func:`sample_local`'s work for one split, words at ``own + split * F`` (``F`` 2,
+    or top-k's ``2 + KP`` in :func:`.topk.rowk_local`)."""
     if full_at(split, N, BLOCK):
         _sample_local(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride,
                       relems, own, N, col0, BLOCK, WORLD, THREADS, True, F)  # fmt: skip
@@ -178,37 +167,6 @@ def _sample_local(
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
-def topk_probe(
-    x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
-    BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-):  # fmt: skip
-    """Top-k, round 1: [greedy key, the largest x of each of ``G`` column groups as
-    ``ordered32(x) << 32``]. Their k-th largest is at most the row's k-th largest x when
-    at least k groups hold a column, and ``x / T`` is monotone, so its scores bound
-    the row's k-th largest s from below: round 2's bound (:func:`.finals.topk_reduce`)."""
-    probe_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, peers, epoch,
-                pstride, relems, own, N, col0, BLOCK, G, WORLD, THREADS)  # fmt: skip
-
-
-@triton.jit
-def probe_write(
-    row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
-    BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-):  # fmt: skip
-    """:func:`topk_probe`'s work for split ``split`` of row ``row`` (also
-    :mod:`.single`'s)."""
-    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
-    h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
-    tops = tl.max(tl.reshape(h, [G, BLOCK // G]), 1)
-    i = tl.arange(0, THREADS)
-    word = tl.gather(tops, tl.minimum(tl.maximum(i // 2 - 1, 0), G - 1), 0).to(tl.int64)
-    lanes = tl.where(i % 2 == 0, 0, word)  # low half 0, high half the ordered x
-    lanes = ll.lane_word(lanes, 0, key_at(h, gidx, tl.max(tops, 0))[0], THREADS)
-    ep, off = row_target(epoch, pstride, relems, row)
-    ll.put_lanes(peers, off, own + split * (1 + G), lanes, 1 + G, ep, WORLD, THREADS)
-
-
-@triton.jit(do_not_specialize=["own", "col0"])
 def minp_local(
     x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride, relems,
     own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
@@ -226,8 +184,7 @@ def minp_write(
     relems, own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     F: tl.constexpr = 2,
 ):  # fmt: skip
-    """:func:`minp_local`'s work for split ``split`` of row ``row`` (also
-    :mod:`.single`'s and :mod:`.rowk`'s), words at ``own + split * F``."""
+    """:func:`minp_local`'s work for one split, words at ``own + split * F``."""
     row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
     gbest = tl.load(gbest_ptr + row)
     r = divisor(tl.load(t_ptr + row))
@@ -237,3 +194,93 @@ def minp_write(
     best = argmax_key(g, gidx, keep)  # a NaN s is never kept
     ep, off = row_target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + split * F, gbest, best, ep, 2, WORLD, THREADS)
+
+
+@triton.jit(do_not_specialize=["own", "n", "col0"])
+def logprobs_local(
+    x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
+    BLOCK: tl.constexpr, NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr,
+    THREADS: tl.constexpr,
+):  # fmt: skip
+    """Head word: the token's logit (fp32 bits; NaN where this rank does not own it).
+    Split words: (max, sum exp(x - max)) as fp32 bits (low, high), then the ``n``
+    largest keys (x, j) in ``NP`` slots."""
+    logprobs_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, ids_ptr,
+                   peers, epoch, pstride, relems, own, n, N, col0, BLOCK, NP, XBITS, WORLD,
+                   THREADS)  # fmt: skip
+
+
+@triton.jit
+def logprobs_write(
+    row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
+    BLOCK: tl.constexpr, NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr,
+    THREADS: tl.constexpr,
+):  # fmt: skip
+    """:func:`logprobs_local`'s work for split ``split`` of row ``row``, a full split or a
+    row's last."""
+    if full_at(split, N, BLOCK):
+        _logprobs_local(row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems,
+                        own, n, N, col0, BLOCK, NP, XBITS, WORLD, THREADS, True)  # fmt: skip
+    else:
+        _logprobs_local(row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems,
+                        own, n, N, col0, BLOCK, NP, XBITS, WORLD, THREADS, False)  # fmt: skip
+
+
+@triton.jit
+def _logprobs_local(
+    row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
+    BLOCK: tl.constexpr, NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr,
+    THREADS: tl.constexpr, FULL: tl.constexpr,
+):  # fmt: skip
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
+    m = tl.max(x, 0)
+    shift = tl.where(m == float("-inf"), 0.0, m)
+    total = tl.sum(tl.where(mask, libdevice.exp(x - shift), 0.0), 0)
+    pair = (total.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (
+        m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    )
+    ep, off = row_target(epoch, pstride, relems, row)
+    base = own + 1 + split * (1 + NP)
+    ll.put_few(peers, off, base, pair, pair, ep, 1, WORLD, THREADS)
+    if split == 0:
+        local = tl.load(ids_ptr + row) - col0
+        mine = (local >= 0) & (local < N)
+        v = tl.load(x_ptr + row * x_stride + local, mask=mine, other=float("nan")).to(tl.float32)
+        bits = v.to(tl.int32, bitcast=True).to(tl.int64)
+        ll.put_few(peers, off, own, bits, bits, ep, 1, WORLD, THREADS)
+    if NP > 0:
+        lanes = _top_n(x, mask, gidx, split * BLOCK + col0, n, BLOCK, THREADS, XBITS)
+        ll.put_lanes(peers, off, base + 1, lanes, NP, ep, WORLD, THREADS)
+
+
+@triton.jit
+def _top_n(x, mask, gidx, start, n, BLOCK: tl.constexpr, THREADS: tl.constexpr,
+           XBITS: tl.constexpr):  # fmt: skip
+    """Lanes of the ``n`` largest ``key(x, j)`` of the split starting at column ``start``,
+    one pass per key. bfloat16 (``XBITS == 16``): a key is one int32 (x's 16-bit key over
+    the column offset): one max and one select per element, not a max, a min and two."""
+    lanes = ll.lanes_init(THREADS)
+    MIN: tl.constexpr = -0x7FFFFFFF - 1
+    if XBITS == 16:
+        off = tl.arange(0, BLOCK)
+        u = radix_bits(x, 16).to(tl.int32)  # order-preserving, equal iff x equal (bfloat16)
+        k = tl.where(mask, ((u ^ 0x8000) << 16) | (0xFFFF - off), MIN)  # BLOCK <= 2**16
+        q = 0
+        while q < n:
+            best = tl.max(k, 0)
+            h = best & -65536  # ordered32(x)'s high half; its low half is all ones for
+            h = tl.where(h < 0, h | 0xFFFF, h)  # negative x (bfloat16), else zeros
+            j = start + (0xFFFF - (best & 0xFFFF))
+            word = (h.to(tl.int64) << 32) | (LOW - j.to(tl.int64))
+            lanes = ll.lane_word(lanes, q, tl.where(best == MIN, KEY_MIN, word), THREADS)
+            k = tl.where(k == best, MIN, k)
+            q += 1
+    else:  # the largest ordered x, then its lowest column
+        h = tl.where(mask, ordered32(x), MIN)
+        q = 0
+        while q < n:
+            best, j = key_at(h, gidx, tl.max(h, 0))
+            lanes = ll.lane_word(lanes, q, best, THREADS)
+            h = tl.where(gidx == j, MIN, h)
+            q += 1
+    return lanes
