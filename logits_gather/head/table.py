@@ -17,13 +17,21 @@ before and after the kernel's). Candidates: ``CANDIDATES`` in the script. Each r
   for tp 8 at H=7168 (1.03x) and at H=5120, M=16 (1.03x). Here the GEMM streams the
   weight at 3.4-4.2 TB/s, as cuBLAS does (3.5-4.3 TB/s): it is memory-bound, and the
   fused kernel moves the same bytes.
-* **Misses at M <= 16, tp 8, H=4096** (1.06-1.07x) **and H=5120, M <= 4** (1.05-1.06x):
-  predicted cause (untested): 18944 columns give few tiles for 132 CTAs (74 tiles of
-  256 columns, or 148 of 128:
-  one full wave and a 16-tile second one), so the last wave leaves SMs idle; the best
-  tile streams 3.3-3.4 TB/s against cuBLAS's 3.5.
-* **Misses at M = 64** except tp 2, H=4096 (1.03x): 1.06x at tp 2, H 5120 and 7168,
-  1.06-1.08x at tp 4, 1.25-1.27x at tp 8 (the same wave problem, with 64-row tiles).
+* **Misses at M <= 16, tp 8, H=4096** (1.06-1.07x) **and H=5120, M <= 4** (1.05-1.06x),
+  and **at M = 64** except tp 2, H=4096 (1.03x): 1.06x at tp 2, H 5120 and 7168,
+  1.06-1.08x at tp 4, 1.25-1.27x at tp 8. Cause: wave quantisation. Profiled at tp 8
+  (H=4096, columns=18944, M=1 and 64; ``scripts/head-profile.py --ncu``, metrics
+  ``sm__cycles_active.{avg,max,min}``, ``launch__grid_size``, DRAM throughput) on an
+  H100 SXM, which has the H200's 132 SMs (not swept: its own timings differ). A tile of
+  64 columns gives 296 tiles for 132 persistent CTAs (40 take 3, 92 take 2) and one of
+  128 gives 148 (16 take 2): the busiest SM is active 1.22-1.47x the average, and
+  DRAM runs at 62-78 % of peak. cuBLAS at M=64 (``nvjet_sm90_tst_144x64``) cuts 144
+  columns per CTA, 132 tiles for 132 SMs (max/average 1.11, DRAM 80 %, 58.0 us against
+  our best 65.3 us). At M=1 cuBLAS (``nvjet_..._256x8``) runs 76 CTAs at 75 % of DRAM;
+  our 16x256 tile (74 CTAs, 58 SMs idle) reached 81 % and 57.0 us against cuBLAS's
+  62.9 us on that H100, so the route choice is per card. Predicted, not tried: column
+  ranges of ``ceil(columns / SMs)`` per CTA (a masked 256-wide block) would balance
+  every SM as cuBLAS's 144-column tile does.
 * **Misses at M = 128 and 256 everywhere** (1.19-1.89x); the sweep's kernels stream
   1.4-2.9 TB/s of weight there. Profiled at M=256, H=5120, columns=75776 (tp 2) with
   ``scripts/head-profile.py`` under Nsight Compute (``--clock-control none``, one call
