@@ -7,9 +7,9 @@ scalars that are off (``top_k`` 0 or >= V, ``top_p >= 1``, ``min_p <= 0``):
 
 | filters | path |
 |---|---|
-| none | :meth:`.rounds.Rounds.sample` |
-| ``min_p`` alone | :meth:`.rounds.Rounds.sample_minp` |
-| an int ``top_k <= 64`` (and ``top_p``, ``min_p``) | :meth:`.filtered.Fused.sample_topk` |
+| none | :meth:`.fused.rounds.Fused.sample` |
+| ``min_p`` alone | :meth:`.fused.rounds.Fused.sample_minp` |
+| an int ``top_k <= 64`` (and ``top_p``, ``min_p``) | :meth:`.fused.rounds.Fused.sample_topk` |
 | a per-row ``top_k`` tensor (and the others) | :func:`.fallback.sample_rows_k` |
 | ``top_p`` (and ``min_p``) | :func:`.fallback.sample` |
 | an int ``top_k`` in 65..V-1 | :func:`.filters.sample` (exact) |
