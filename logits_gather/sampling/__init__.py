@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from . import checks, reference
-from .exact import exchange
+from .exact import ops
 from .sampler import MAX_CANDIDATES, Logprobs, VocabParallelSampler
 
 _samplers: dict[tuple[Any, ...], VocabParallelSampler] = {}
@@ -33,7 +33,7 @@ def cached_sampler(
     """The sampler the functions here use for ``shard`` (collective when it is new)."""
     m = checks.shard(shard)
     checks.world(group)
-    key = (exchange.group_key(group), shard.device, shard.shape[1])
+    key = (ops.group_key(group), shard.device, shard.shape[1])
     sampler = _samplers.get(key)
     if sampler is None:
         capacity = 1 << max(m - 1, 1).bit_length()

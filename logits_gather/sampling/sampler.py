@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from ..checks import resolve_device, resolve_options
 from . import checks
-from .exact import exchange, filters, ops
+from .exact import filters, ops
 from .exact.filters import MAX_CANDIDATES
 from .fused import fallback, mailbox, policy
 from .reference import Logprobs
@@ -77,7 +77,7 @@ class VocabParallelSampler:
         """This rank's global token ids (int64 ``[columns]``), the noise's counters."""
         self._low = ((1 << 32) - 1) - self.ids
         self._backend = backend
-        self._exchanges: dict[int, exchange.Exchange] = {}
+        self._exchanges: dict[int, ops.Exchange] = {}
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
         self.fallback_warm: set[str] = set()  # kinds whose fallback ran once (fallback.py)
         self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (fallback.filled)
@@ -95,7 +95,7 @@ class VocabParallelSampler:
         return self.exchange_for(ops.GREEDY_WIDTH, 1).gather.backend
 
     @property
-    def exchanges(self) -> tuple[exchange.Exchange, ...]:
+    def exchanges(self) -> tuple[ops.Exchange, ...]:
         """The torch-ops path's exchanges built so far, one per payload width."""
         return tuple(self._exchanges.values())
 
@@ -110,12 +110,12 @@ class VocabParallelSampler:
         for ex in self._exchanges.values():
             ex.gather.check(synchronize=False)
 
-    def exchange_for(self, width: int, rows: int) -> exchange.Exchange:
+    def exchange_for(self, width: int, rows: int) -> ops.Exchange:
         """The exchange of ``width`` fp32 words for ``rows`` rows (collective if built)."""
         ex = self._exchanges.get(width)
         if ex is None or ex.capacity < rows:
             cap = max(rows, self.capacity)
-            ex = exchange.get(width, rows, self.group, self.device, self._backend, cap)
+            ex = ops.get(width, rows, self.group, self.device, self._backend, cap)
             self._exchanges[width] = ex
         return ex
 

@@ -1,2 +1,2 @@
-"""The exact torch-ops path, on any device: reductions (:mod:`.ops`), their all-gathers
-(:mod:`.exchange`) and the filtered sample (:mod:`.filters`)."""
+"""The exact torch-ops path, on any device: reductions, their all-gathers and merges
+(:mod:`.ops`) and the filtered sample (:mod:`.filters`)."""

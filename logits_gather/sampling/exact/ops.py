@@ -1,6 +1,7 @@
-"""Per-shard reductions (``pack_*``, into a rank's fp32 payload row) and their cross-rank
-merges (``combine_*``, the same on every rank, over ``g`` ``[M, W, width]``); no
-communication. Payload columns (fp32 words; an int64 field takes two):
+"""The torch-ops path's pieces: per-shard reductions (``pack_*``, into a rank's fp32
+payload row), their small all-gathers (:class:`Exchange`) and the cross-rank merges
+(``combine_*``, the same on every rank, over ``g`` ``[M, W, width]``). Payload columns
+(fp32 words; an int64 field takes two):
 
 - greedy: 0 the row max (in the shard's dtype; fp32 for sample's noisy scores), 2-3 its
   local index;
@@ -8,11 +9,23 @@ communication. Payload columns (fp32 words; an int64 field takes two):
 
 ``torch.max`` returns the first maximal element (or first NaN) of a shard and ranks merge
 in rank order, so ties go to the lowest global id, exactly as over the whole row.
+
+An exchange is a fp32 :class:`~logits_gather.LogitsGather`, which copies bits: int64 or
+bf16/fp16 fields travel as views. Building one is collective (every rank, the same
+``width`` and ``rows``, never during capture). Exchanges are shared by every sampler per
+``(group, device, width, backend)``; a grown one keeps the old alive, since a peer may
+still read it.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+import torch.distributed as dist
+
+from ...gather import LogitsGather
+from ..checks import capturing
 
 NEG_INF = float("-inf")
 GREEDY_WIDTH = BEST_WIDTH = 4  # sample's best noisy score is a greedy of the scores
@@ -100,3 +113,47 @@ def combine_logprobs(g: torch.Tensor, token_ids: torch.Tensor, n: int, room: int
     keys = _i64(g)[..., 2 : 2 + room].reshape(m, w * room).topk(n, 1).values
     values, ids = decode_keys(keys)
     return token_lp, ids, values.sub(big).sub_(log_sum)
+
+
+_cache: dict[tuple[Any, ...], Exchange] = {}
+_retired: list[Exchange] = []
+
+
+class Exchange:
+    """A fp32 ``LogitsGather`` of ``[capacity, width]`` and the ``payload`` it sends."""
+
+    def __init__(self, width: int, capacity: int, group, device: torch.device, backend: str):
+        self.gather = LogitsGather(width, capacity, device, group, torch.float32, backend)
+        self.width, self.capacity = width, capacity
+        self.world_size = self.gather.world_size
+        self.payload = torch.empty(capacity, width, dtype=torch.float32, device=device)
+
+    def send(self, rows: int) -> torch.Tensor:
+        """Every rank's ``payload[:rows]`` as ``[rows, W, width]``: a view of the gather's
+        buffer, valid until the next-but-one call (stream order is enough)."""
+        return self.gather(self.payload[:rows]).view(rows, self.world_size, self.width)
+
+
+def group_key(group: dist.ProcessGroup | None) -> Any:
+    # The default group object changes when the process group is re-created.
+    return dist.group.WORLD if group is None else group
+
+
+def get(width: int, rows: int, group, device: torch.device, backend: str, capacity: int):
+    """The cached exchange for ``(group, device, width, backend)`` with room for ``rows``;
+    collective when it has to build one of ``max(capacity, rows)`` rows."""
+    key = (group_key(group), device, width, backend)
+    ex = _cache.get(key)
+    if ex is not None and ex.capacity >= rows:
+        return ex
+    if capturing(device):
+        have = "none" if ex is None else f"capacity {ex.capacity}"
+        raise RuntimeError(
+            f"logits_gather.sampling: no exchange of width {width} for {rows} rows ({have}); "
+            "it is built collectively on first use, which cannot happen inside CUDA graph "
+            "capture: run the same operation (same top_k/top_n, M >= this M) once before capture"
+        )
+    if ex is not None:
+        _retired.append(ex)
+    _cache[key] = new = Exchange(width, max(capacity, rows), group, device, backend)
+    return new

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ..exact import exchange, filters, ops
+from ..exact import filters, ops
 
 log = logging.getLogger(__name__)
 _warned: list[bool] = []
@@ -72,7 +72,7 @@ def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype) -> Any:
     if value is None or isinstance(value, torch.Tensor):
         return value
     dev = sampler.device
-    if exchange.capturing(dev):
+    if ops.capturing(dev):
         return rows(value, m, dtype, dev)
     key = (value, dtype)
     out = sampler.filled.get(key)
@@ -112,7 +112,7 @@ def sample(
     m = shard.shape[0]
     p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
     call = (shard, t, draw[0], draw[1], None, p, mp)
-    if exchange.capturing(sampler.device):
+    if ops.capturing(sampler.device):
         return _captured("top_p", sampler, call)
     out, flags, second = sampler.fused.topp_rounds(shard, t.view(m), draw[2], pv, mpv)
     return _finish(sampler, "top_p", call, out, flags, second)
@@ -134,7 +134,7 @@ def sample_rows_k(
     p, mp, pv, mpv = filter_rows(sampler, p, mp, m)
     kv = k.view(m)  # contiguous: checks.top_k
     call = (shard, t, draw[0], draw[1], k, p, mp)
-    if exchange.capturing(sampler.device):
+    if ops.capturing(sampler.device):
         return _captured("a per-row top_k", sampler, call)
     if pv is None:
         need = torch.empty(1, dtype=torch.bool, device=sampler.device)  # set by rowk_local

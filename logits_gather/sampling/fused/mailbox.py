@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from ... import symmetric
 from ...checks import PeerTimeoutError, agree
-from ..exact import exchange
+from ..exact import ops
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class Mailboxes:
         mb = self._boxes.get(words)
         if mb is not None and mb.capacity >= rows:
             return mb
-        if exchange.capturing(self.device):
+        if ops.capturing(self.device):
             raise RuntimeError(
                 f"logits_gather.sampling: no mailbox of {words} words for {rows} rows; it "
                 "is built collectively on first use, which cannot happen inside CUDA graph "
