@@ -330,10 +330,8 @@ class LogitsGather:
 
     def _timeout_error(self) -> PeerTimeoutError | None:
         """The kernel's timeout, read from its pinned status block, or None."""
-        status = getattr(self._impl, "_status_words", None)
-        if status is not None and status[0]:
-            return self._impl.timeout_error()
-        return None
+        recorded = getattr(self._impl, "recorded_timeout", None)  # the fallback has none
+        return None if recorded is None else recorded()
 
     def check(self, synchronize: bool = True) -> None:
         """Raises :class:`PeerTimeoutError` if an earlier call timed out waiting for a peer.

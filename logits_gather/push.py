@@ -212,6 +212,10 @@ class PushGather:
     def timeout_us(self) -> int:
         return self._timeout_us
 
+    def recorded_timeout(self) -> PeerTimeoutError | None:
+        """The timeout the kernel wrote into its pinned status block, or None."""
+        return self.timeout_error() if self._status_words[0] else None
+
     def timeout_error(self) -> PeerTimeoutError:
         code, cta, seen, target = list(self._status_words)
         where = "entry handshake (graph mode)" if code == 2 else "exit barrier"

@@ -122,7 +122,9 @@ class _TrappedKernel:
     def __call__(self, shard: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("CUDA error: unspecified launch failure")
 
-    def timeout_error(self) -> PeerTimeoutError:
+    def recorded_timeout(self) -> PeerTimeoutError | None:
+        if not self._status_words[0]:
+            return None
         return PeerTimeoutError(f"timed out at the exit barrier: status {self._status_words}")
 
 
