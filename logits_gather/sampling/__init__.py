@@ -33,6 +33,11 @@ def cached_sampler(
     """The sampler the functions here use for ``shard`` (collective when it is new)."""
     m = checks.shard(shard)
     checks.world(group)
+    return _sampler(shard, group, m)
+
+
+def _sampler(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> VocabParallelSampler:
+    """:func:`cached_sampler` for a ``shard`` of ``m`` rows already checked (and the group)."""
     key = (ops.group_key(group), shard.device, shard.shape[1])
     sampler = _samplers.get(key)
     if sampler is None:
@@ -40,7 +45,6 @@ def cached_sampler(
         sampler = VocabParallelSampler(shard.shape[1], capacity, shard.device, group)
         sampler.grow = True
         _samplers[key] = sampler
-    sampler.rows(shard)
     return sampler
 
 
@@ -65,7 +69,9 @@ def sample(
     vocab = checks.world(group) * shard.shape[1]
     args = checks.sample_args(m, vocab, shard.device, True, temperature, seed, positions,
                               top_k, top_p, min_p)  # fmt: skip
-    return cached_sampler(shard, group=group).sample_rows(shard, *args)
+    sampler = _sampler(shard, group, m)
+    sampler.rows(shard)  # the sampler's own check; grows its capacity past M
+    return sampler.sample_rows(shard, *args)
 
 
 def logprobs(
@@ -80,7 +86,9 @@ def logprobs(
     vocab = checks.world(group) * shard.shape[1]
     ids = checks.token_ids(token_ids, m, vocab, shard.device, True)
     n = checks.top_n(top_n, vocab)
-    return cached_sampler(shard, group=group).logprobs_rows(shard, ids, n)
+    sampler = _sampler(shard, group, m)
+    sampler.rows(shard)
+    return sampler.logprobs_rows(shard, ids, n)
 
 
 __all__ = [
