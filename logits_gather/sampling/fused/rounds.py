@@ -64,10 +64,14 @@ class Fused:
     ) -> None:
         self.single_rows = single_rows
         self.single_in_graphs = False
-        """Whether captured calls take one launch too. Off: on one H200 the device times
-        are within about 1 us either way (greedy at M=64 8.9 us in one launch, 8.3 in two;
-        logprobs with top_n=5 18.3 and 19.5), and in a replay the launches cost the host
-        nothing."""
+        """Whether captured calls take one launch too. Off: in replays, whose launches cost
+        the host nothing, one launch was slower for greedy, sample and top-k and at most
+        1.3 us faster for min-p. One H200: greedy at M=64 8.9 us in
+        one launch, 8.3 in two; logprobs with top_n=5 18.3 and 19.5. One H100, world size
+        1, µs at M = 1 / 16 / 64, one launch against two: greedy 3.9 / 5.6 / 12.1 against
+        3.5 / 5.1 / 11.1, sample 7.2 / 15.3 / 42.2 against 7.1 / 14.0 / 38.9, min_p 12.2 /
+        21.2 / 54.9 against 12.6 / 22.5 / 54.9, top_k=50 32.8 / 39.5 / 60.6 against 31.4 /
+        37.9 / 58.4."""
         self.columns, self.world, self.rank = columns, world, rank
         self.col0 = rank * columns
         self.wide = Geometry.of(columns, world, *WIDE)
