@@ -116,7 +116,7 @@ class BarrierProbe:
 def barrier_latency(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
     """The floor: µs per launch of the probe under graph replay (max over ranks), or
     why it could not be measured. Collective; ``keep`` holds the symmetric flag."""
-    from .probes import _failed
+    from .probes import failure_text
 
     if not ctx.cuda:
         return {"status": "unavailable", "reason": "needs CUDA (this run is on CPU)"}
@@ -129,7 +129,7 @@ def barrier_latency(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
         ctx.sync()
         graph, _ = clock.capture(lambda _x: probe(), [None] * CAPTURED)
     except Exception as exc:  # noqa: BLE001 - reported, never fatal
-        problem = _failed(exc)
+        problem = failure_text(exc)
     reason = ctx.first_reason(problem)
     if reason:
         return {"status": "unavailable", "reason": reason}

@@ -37,11 +37,11 @@ def probes(ctx: Any, clock: Any) -> dict[str, Any]:
         off = {"status": "unavailable", "reason": "CPU run: no GPU ceiling to measure"}
         return {"push": off, "barrier": off}
     ctx.beat("limit: barrier probe")
-    barrier = barrier_latency(ctx, clock, side._KEEP)
+    barrier = barrier_latency(ctx, clock, side.KEPT)
     push = {"status": "unavailable", "reason": "ranks share GPUs: peer bandwidth is shared"}
     if not ctx.plan.shared:
         ctx.beat("limit: push probes")
-        push = push_bandwidth(ctx, clock, side._KEEP)
+        push = push_bandwidth(ctx, clock, side.KEPT)
     return {"push": push, "barrier": barrier}
 
 

@@ -51,7 +51,7 @@ class Method:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Releases what may be released; symmetric buffers are kept (see probes._KEEP)."""
+        """Releases what may be released; symmetric buffers are kept (see probes.KEPT)."""
 
 
 class Stock(Method):

@@ -3,7 +3,7 @@ writable, and the run's memory must fit.
 
 Memory per rank is estimated from the configuration (bytes, summed over the
 vocabularies, since every method's buffers are kept until the run ends: see
-``probes._KEEP``). With ``U = capacity * V * bytes`` (one full ``[capacity, V]``
+``probes.KEPT``). With ``U = capacity * V * bytes`` (one full ``[capacity, V]``
 output) and ``S = --sets``:
 
 * inputs: every rank builds every rank's shards, ``S * U``, plus one expected output;

@@ -16,20 +16,21 @@ from .timing import schedule
 # Symmetric buffers kept until the process ends: a freed symmetric block is reused
 # at an offset by later allocations, which readers that ignore offsets (torch's
 # copy-engine all-gather) would then read from the wrong place.
-_KEEP: list[Any] = []
+KEPT: list[Any] = []
 
 
 def keep_alive(obj: Any) -> None:
-    _KEEP.append(obj)
+    KEPT.append(obj)
 
 
 def release_all() -> None:
     """Frees the kept buffers; call on every rank at once, with no work in flight."""
-    _KEEP.clear()
+    KEPT.clear()
     gc.collect()
 
 
-def _failed(exc: BaseException) -> str:
+def failure_text(exc: BaseException) -> str:
+    """One line naming ``exc`` (its type and first line, at most 300 characters)."""
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
 
 
@@ -48,7 +49,7 @@ class WorldSizeOne:
             try:
                 self.sub, _ = dist.new_subgroups(group_size=1, backend="nccl")
             except Exception as exc:  # noqa: BLE001
-                problem = _failed(exc)
+                problem = failure_text(exc)
             reason = ctx.first_reason(problem)
         self.reason = reason
         self._out: dict[tuple, torch.Tensor] = {}  # several V share one probe
@@ -101,7 +102,7 @@ def nccl_kernels(ctx: Any, methods: dict[str, Any], rows: tuple[int, ...]) -> di
             if e.device_type == DeviceType.CUDA and "nccl" in e.name.lower()
         )
     except Exception as exc:  # noqa: BLE001
-        problem = _failed(exc)
+        problem = failure_text(exc)
     ctx.barrier()
     if problem:
         return {"symmetric": f"unknown (profiler failed: {problem})"}

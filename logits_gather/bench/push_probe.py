@@ -66,7 +66,7 @@ def _time(ctx: Any, clock: Any, handle: Any, fn: Any, reps: int) -> float:
 
 def push_bandwidth(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
     """Collective. ``{"status": "ok", "gbps": best, "candidates": {...}}`` or why not."""
-    from .probes import _failed
+    from .probes import failure_text
 
     if not ctx.cuda:
         return {"status": "unavailable", "reason": "needs CUDA (this run is on CPU)"}
@@ -89,7 +89,7 @@ def push_bandwidth(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
             if p != ctx.rank
         ]
     except Exception as exc:  # noqa: BLE001 - reported, never fatal
-        setup = _failed(exc)
+        setup = failure_text(exc)
     reason = ctx.first_reason(setup)
     if reason:
         return {"status": "unavailable", "reason": f"symmetric buffer: {reason}"}
@@ -101,7 +101,7 @@ def push_bandwidth(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
     try:
         local["copy_"] = _time(ctx, clock, handle, copies, reps)
     except Exception as exc:  # noqa: BLE001
-        problems["copy_"] = _failed(exc)
+        problems["copy_"] = failure_text(exc)
     problem = None
     try:
         ptrs = torch.tensor(
@@ -119,7 +119,7 @@ def push_bandwidth(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
         stores()  # compiles outside the timing
         ctx.sync()
     except Exception as exc:  # noqa: BLE001
-        problem = _failed(exc)
+        problem = failure_text(exc)
     ctx.barrier()  # no peer still stores into this buffer
     buf.zero_()
     ctx.sync()

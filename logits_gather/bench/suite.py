@@ -26,7 +26,7 @@ def _build(ctx: Any, columns: int, mine: list[torch.Tensor]) -> tuple[dict, dict
             try:
                 problem = step()
             except Exception as exc:  # noqa: BLE001 - becomes an "unavailable" row
-                problem = probes._failed(exc)
+                problem = probes.failure_text(exc)
             reason = ctx.first_reason(problem)
             if reason:
                 status[name] = {"status": "unavailable", "reason": reason}
@@ -52,7 +52,7 @@ def _gate(ctx: Any, data: InputSets, methods: dict[str, Method], status: dict) -
                         problem = ("WRONG", f"M={m}, call {k}: {diff}")
             ctx.sync()
         except Exception as exc:  # noqa: BLE001
-            problem = ("unavailable", f"raised during the check: {probes._failed(exc)}")
+            problem = ("unavailable", f"raised during the check: {probes.failure_text(exc)}")
         everyone = ctx.gather(problem)
         bad = [(r, p) for r, p in enumerate(everyone) if p]
         if bad:
@@ -142,7 +142,7 @@ def _graph(
     try:
         graph, outs = clock.capture(meth, schedule(xs, calls))
     except Exception as exc:  # noqa: BLE001
-        problem = f"capture failed: {probes._failed(exc)}"
+        problem = f"capture failed: {probes.failure_text(exc)}"
     reason = ctx.first_reason(problem)
     if reason:
         return {"status": "unavailable", "reason": reason}
@@ -202,7 +202,7 @@ def bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Any, side: dict[str, Any]
         try:
             meth.close()
         except Exception as exc:  # noqa: BLE001 - the figures are in; report and go on
-            status[name]["close"] = f"close failed: {probes._failed(exc)}"
+            status[name]["close"] = f"close failed: {probes.failure_text(exc)}"
         probes.keep_alive(meth)
     ctx.sync()
     ctx.barrier()
