@@ -83,7 +83,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     tok, _ = f.sample_topp(x, t, seed, p90, None)
     out["top_p=0.9 rows to round 2"] = float((f.spilled != 0x7FFFFFFF).sum())
     out["top_p=0.9 rows undecided"] = float((tok < 0).sum())
-    nucleus = {"SLOTS": f.nucleus_slots, "MINP": False}
+    nucleus = {"SLOTS": f.nucleus_slots, "MINP": False, "ROWK": False}
     locals_ = {
         "greedy": (writers.greedy_local, (), "greedy", 0, (), {}),
         "sample": (writers.sample_local, (t, seed), "sample", 0, (), {}),
@@ -100,8 +100,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     }
     lam = torch.empty(m, dtype=torch.int32, device=device)
     topp_flags = torch.empty(2, dtype=torch.bool, device=device)  # need, more
-    head = (t, seed, p90, p90, gkey, lam, topp_flags)
-    locals_["nucleus (top_p)"] = (N.nucleus_local, head, "nucleus", 0, (), nucleus)
+    head = (t, seed, p90, p90, gkey, lam, topp_flags, t)  # no per-row top_k: t stands in
+    locals_["nucleus (top_p)"] = (N.nucleus_local, head, "nucleus", 0, (0,), nucleus)
     for name, (fn, head, op, room, tail, consts) in locals_.items():
         out[f"{name} local"] = _time(
             lambda: f.local(fn, x, head, op, room, tail, consts)  # noqa: B023 - run at once

@@ -81,9 +81,7 @@ class Mailbox:
         self.data = data
         self.peers = torch.tensor(bases, dtype=torch.int64, device=device)
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
-        self.arrivals = torch.zeros(
-            capacity, dtype=torch.int32, device=device
-        )  # one-launch kernels
+        self.arrivals = torch.zeros(capacity, dtype=torch.int32, device=device)  # one launch
         self.plans: dict[tuple, object] = {}  # bound launches over this mailbox (rounds.py)
         self.timeout_us = max(1, int(timeout_s * 1e6))
         self.trap = trap
