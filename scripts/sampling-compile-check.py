@@ -18,8 +18,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 
 from logits_gather.sampling.kernels import finals as F
-from logits_gather.sampling.kernels import keys as E
 from logits_gather.sampling.kernels import nucleus as N
+from logits_gather.sampling.kernels import rest as R
 from logits_gather.sampling.kernels import topk as T
 from logits_gather.sampling.kernels import writers as K
 from tests.sampling_polls import warp_local_polls
@@ -69,10 +69,12 @@ def variants():
                 consts = dict(local, KP=kp, BITS=bits, ROWK=rowk, SP=32)
                 yield f"topk_overflow KP={kp} ROWK={rowk}", T.topk_overflow, x, consts, 8
             for minp in (False, True):
-                consts = dict(local, KP=kp, KMAX=64, MINP=minp)
+                consts = dict(local, KP=kp, MINP=minp)
                 yield f"rowk_local KP={kp} MINP={minp}", T.rowk_local, x, consts, 8
-        yield "scores_kernel", E.scores_kernel, x, {"BLOCK": 4096}, 8
         yield "minp_local", K.minp_local, x, local, 8
+        for minp, rowk in ((False, False), (True, True)):
+            consts = dict(local, BLOCK=512, MEMB=32, MINP=minp, ROWK=rowk, TRAP=True)
+            yield f"nucleus_rest MINP={minp} ROWK={rowk}", R.nucleus_rest, x, consts, 8
         for np_ in (0, 32):
             consts = dict(local, NP=np_, XBITS=bits)
             yield f"logprobs_local NP={np_}", K.logprobs_local, x, consts, 8

@@ -135,7 +135,6 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         "sample_p90 round 1": lambda: f.topp_rounds(x, t, seed, p90, None),
         "logprobs": lambda: f.logprobs(x, ids, 0),
         "logprobs_n5": lambda: f.logprobs(x, ids, 5),
-        "scores (filter path)": lambda: f.scores(x, t, seed),
     }
     for name, fn in whole.items():
         out[f"{name} all"] = _time(fn)

@@ -150,8 +150,10 @@ class Ranks:
         for every operation and dtype before :meth:`run`."""
         held: list[tuple[int, int, Callable[..., Any], torch.cuda.Stream]] = []
         for r, f in enumerate(self.fused):
-            for name in ("final", "one"):
+            for name in ("final", "one", "rest"):
                 real = getattr(f, name)
+                if name == "rest":  # junk tokens may differ between ranks: serve no row
+                    real = functools.partial(_rest_of_none, real)
 
                 def hold(*args: Any, real: Callable[..., Any] = real, r: int = r, **kw: Any) -> Any:
                     turn = sum(1 for h in held if h[1] == r)
@@ -163,7 +165,7 @@ class Ranks:
             self.run(call, check=False, after=held)
         finally:
             for f in self.fused:
-                del f.final, f.one
+                del f.final, f.one, f.rest
 
     def run(
         self,
@@ -196,6 +198,13 @@ class Ranks:
                 if check:
                     b.check()
         return outs
+
+
+def _rest_of_none(rest: Callable[..., Any], shard: torch.Tensor, head: tuple, *args: Any) -> None:
+    """:meth:`~logits_gather.sampling.fused.rounds.Fused.rest` with every token set first
+    (``head[-1]``), so that it loads its kernel and serves no row."""
+    head[-1].fill_(0)
+    rest(shard, head, *args)
 
 
 __all__ = ["Box", "Ranks"]

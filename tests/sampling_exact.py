@@ -9,9 +9,9 @@ k, and a per-row k with top-p (min-p on odd trials), at M=64 over 75776 columns 
 per-rank width), on fresh random rows: plain, runs of ties, a split of equal values at
 the top, greedy rows (T=0), rows with top-p off, rows whose ``s`` is subnormal, and
 rows spread past a subnormal min-p's threshold (or with min-p 0). It prints how many
-tokens differ from :mod:`.reference` (top-p: decided rows only; undecided ones go to the
-exact fallback in a sampler), how many top-p rows reached the second round, and how
-many stayed undecided. Exit status 1 on a wrong token.
+tokens differ from :mod:`.reference` (every row: the rounds, then the in-kernel exact
+fallback), how many top-p rows reached the second round, and how many the rounds left to
+that fallback. Exit status 1 on a wrong token.
 """
 
 from __future__ import annotations
@@ -58,6 +58,16 @@ DTYPES = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--dtype=")] or [
 """``--dtype=NAME`` (repeatable): those dtypes alone (each costs its compiles)."""
 
 
+def _rounds_then_rest(f, x, t, sp, p, mp, k) -> tuple[torch.Tensor, int]:
+    """Top-p's rounds (round 2 always), then the in-kernel fallback: ``(tokens, rows the
+    rounds left to it)``."""
+    tok, _, second, rest = f.topp_rounds(x, t, sp, p, mp, k)
+    second()
+    left = int((tok < 0).sum())
+    rest()
+    return tok, left
+
+
 def main() -> int:
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev)
@@ -69,10 +79,9 @@ def main() -> int:
         for trial in range(16):
             x, t, (seed, pos), p, mp, k = rows(gen, dt, trial, dev)
             sp = torch.stack((seed, pos), 1)  # the fused kernels' seed, position rows
-            tok, _ = f.sample_topp(x, t, sp, p, None)
-            want = reference.sample(x, t, seed, pos, top_p=p)
-            wrong += int(((tok != want) & (tok >= 0)).sum())
-            undecided += int((tok < 0).sum())
+            tok, left = _rounds_then_rest(f, x, t, sp, p, None, None)
+            wrong += int((tok != reference.sample(x, t, seed, pos, top_p=p)).sum())
+            undecided += left
             second += int((f.spilled != 0x7FFFFFFF).sum())
             tok = f.sample_topk(x, t, sp, k, p, mp)
             wrong += int(
@@ -80,30 +89,31 @@ def main() -> int:
             )
             tok = f.sample_topk(x, t, sp, k, None, None)
             wrong += int((tok != reference.sample(x, t, seed, pos, top_k=k)).sum())
-            # A per-row k whose rows turn top-k off (0 or V) in top-k's launches (topk.rowk_local),
-            # with min-p on odd trials.
-            pick = torch.randint(0, 5, (M,), device=dev, generator=gen)
-            kr = torch.tensor([0, 1, k, 64, N], device=dev)[pick]
-            mpr = mp if trial % 2 else None
-            need = torch.ones(1, dtype=torch.bool, device=dev)  # the kernel must clear it
-            tok = f.sample_topk(x, t, sp, kr, None, mpr, need)
-            want = reference.sample(x, t, seed, pos, top_k=torch.where(kr >= N, 0, kr), min_p=mpr)
-            wrong += int((tok != want).sum()) + int(need)
-            # A per-row k (any value) with top-p in top-p's launches (nucleus_k_row): decided rows.
+            # A per-row k whose rows turn top-k off (0 or V) or pass 64 (the in-kernel fallback)
+            # in top-k's launches (topk.rowk_local), with min-p on odd trials.
+            pick = torch.randint(0, 6, (M,), device=dev, generator=gen)
             kr = torch.tensor([0, 1, k, 64, N, 300], device=dev)[pick]
-            tok, _, second_round = f.topp_rounds(x, t, sp, p, mpr, kr)
-            second_round()  # always
-            want = reference.sample(x, t, seed, pos, top_k=kr, top_p=p, min_p=mpr)
-            wrong += int(((tok != want) & (tok >= 0)).sum())
+            mpr = mp if trial % 2 else None
+            tok = f.sample_topk(x, t, sp, kr, None, mpr, plain=True)
+            want = reference.sample(x, t, seed, pos, top_k=torch.where(kr >= N, 0, kr), min_p=mpr)
+            wrong += int((tok != want).sum())
+            pick2 = torch.randint(0, 7, (M,), device=dev, generator=gen)
+            # A per-row k (any value) with top-p, then without (top_p 1: the sampler's
+            # route for a per-row k), in top-p's launches (nucleus_k_row, then the rest).
+            kr = torch.tensor([0, 1, k, 64, N, 300, 5000], device=dev)[pick2]
             on = (kr > 0) & (kr < N)
-            k_undecided += int(((tok < 0) & on).sum())
-            k_rows += int(on.sum())
-            calls += 5
+            for pr in (p, torch.ones_like(p)):
+                tok, left = _rounds_then_rest(f, x, t, sp, pr, mpr, kr)
+                want = reference.sample(x, t, seed, pos, top_k=kr, top_p=pr, min_p=mpr)
+                wrong += int((tok != want).sum())
+                k_undecided += left
+                k_rows += int(on.sum())
+            calls += 6
         print(
             f"{dt}: {calls} calls x {M} rows, wrong {wrong}, "
             f"top-p rows to round 2 {second}, "
-            f"undecided {undecided}; per-row k with top-p: {k_undecided} of {k_rows} rows "
-            f"with k on undecided",
+            f"left to the in-kernel fallback {undecided}; per-row k (with top-p, then "
+            f"without): {k_undecided} rows left to it, of {k_rows} with k on",
             flush=True,
         )
         wrong_total += wrong

@@ -3,8 +3,8 @@
 ``TRITON_INTERPRET=1 PYTHONPATH=. python tests/sampling_interp_rounds.py`` (pytest:
 ``tests/test_sampling_interp.py``) runs two
 ranks in threads (the harness of ``tests/sampling_interp.py``) through calls
-that launch round 2 only when round 1 raised ``more`` (as the sampler does), mixed with
-calls that always run it (``Fused.sample_topp``), on rows round 1 decides, rows only
+that launch round 2 only when round 1 raised ``more``, mixed with calls that always run
+it (``Fused.sample_topp``; the sampler runs it by ``M``), on rows round 1 decides, rows only
 round 2 decides (``tests.gpu.spill_logits``) and rows neither decides. It checks every
 decided token against :mod:`.reference`, ``need`` iff a row is undecided, and
 ``(need, more) = (False, True)`` on the round-2 rows: the mailboxes' epochs stay in step
@@ -75,9 +75,9 @@ def _ranks(launch_lock: threading.Lock) -> list[fused.Fused]:
 
 def _call(f: fused.Fused, always: bool, shard, t, rows, p) -> tuple[torch.Tensor, list]:
     if always:
-        out, need = f.sample_topp(shard, t, rows, p, None)
+        out, need = f.sample_topp(shard, t, rows, p, None, exact=False)
         return out, [bool(need), None]
-    out, flags, second = f.topp_rounds(shard, t, rows, p, None)
+    out, flags, second, _ = f.topp_rounds(shard, t, rows, p, None)
     if bool(flags[1]):
         second()
     return out, flags.tolist()

@@ -101,9 +101,8 @@ class Step:
         return tuple(call() for call in self.calls())
 
     def check(self, out: tuple, where: str, captured: bool = False) -> None:
-        """``captured``: ``out`` came from a graph replay, where top-p and per-row top-k
-        take the exact torch-ops path (:mod:`logits_gather.sampling.fused.fallback`), so
-        the fused top-p's round-2 flags are not this step's."""
+        """``captured``: ``out`` came from a graph replay, so the top-p flags that the
+        sampler keeps (its last eager call's) are not this step's."""
         from logits_gather.sampling import reference
 
         full, sharp, t, seeds = self.full, self.sharp, self.temp, self.seeds

@@ -75,19 +75,25 @@ def _logprobs_ok(ranks: Ranks, outs: list, want, what: str) -> None:
         assert bool((close | want.top_logprobs.isnan()).all()), tag
 
 
-def _topp_ok(ranks: Ranks, outs: list, want: torch.Tensor, what: str) -> int:
-    """Top-p: every rank returns the same tokens and flag; decided rows (token >= 0) are
-    the definition's, and the flag is set iff some row is undecided (-1, for the
-    sampler's exact fallback). Returns the undecided rows."""
+def _topp_ok(ranks: Ranks, outs: list, want: torch.Tensor, what: str) -> bool:
+    """Top-p and the other cuts (``(tokens, need)``): every rank returns the same tokens and
+    flag, and every row is the definition's, rows the rounds left undecided (``need``)
+    included: the in-kernel fallback served them. Returns ``need``."""
     assert not ranks.diverged(), f"{what}: {ranks.diverged()}"
     tokens, need = outs[0]
     for r, (got, flag) in enumerate(outs):
         assert torch.equal(got, tokens) and torch.equal(flag, need), f"{what}: rank {r} differs"
-    decided = tokens >= 0
-    rows = (decided & (tokens != want)).nonzero().flatten().tolist()
-    assert not rows, f"{what}: wrong decided rows {rows[:8]}"
-    assert bool(need) == bool((~decided).any()), f"{what}: flag {bool(need)}"
-    return int((~decided).sum())
+    rows = (tokens != want).nonzero().flatten().tolist()
+    assert not rows, f"{what}: wrong rows {rows[:8]} (need {bool(need)})"
+    return bool(need)
+
+
+def _cut(f, shard, temp, rows, p, mp, k=None):
+    """Top-p's rounds (round 2 always), then the in-kernel fallback: ``(tokens, need)``."""
+    out, flags, second, rest = f.topp_rounds(shard, temp, rows, p, mp, k)
+    second()
+    rest()
+    return out, flags[:1]
 
 
 def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
@@ -131,12 +137,14 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
     kr = torch.tensor([rng.choice([0, 1, 7, 50, 64, 300, V]) for _ in range(m)], device=dev)
 
     def rows_k(f, r, kr=kr, p=p64, lm=min_p):
-        out, flags, second = f.topp_rounds(shards[r], temp, rows, p, lm, kr)
-        second()
-        return out, flags[:1]
+        return _cut(f, shards[r], temp, rows, p, lm, kr)
 
     want = reference.sample(full, temp, seed, pos, top_k=kr, top_p=p64, min_p=min_p)
     out.append(("top_p=[M],top_k=[M],min_p", rows_k, want))
+    # A per-row k alone, as the sampler routes it: top-k's launches, then the rest.
+    want = reference.sample(full, temp, seed, pos, top_k=kr, min_p=min_p)
+    out.append(("top_k=[M],min_p", lambda f, r: f.sample_topk(shards[r], temp, rows, kr, None,
+                                                            min_p, plain=True), want))  # fmt: skip
     for name, k, p, mp in (("top_k=20,top_p=0.9", 20, 0.9, None), ("top_k=3,min_p", 3, None, 1),
                            ("top_k=50,top_p=[M],min_p", 50, p64, 1),
                            ("top_k=64,top_p=0.5", 64, 0.5, None),
@@ -193,6 +201,46 @@ def test_emulated_ranks_match_gathered(world: int) -> None:
         _iteration(ranks, rng, it)
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_rest_serves_rows_the_rounds_leave(world: int) -> None:
+    """Flat rows (a nucleus of thousands), a per-row k of hundreds to thousands and min-p:
+    top-p's rounds leave rows undecided, and the in-kernel fallback (``kernels.rest``,
+    teams of several programs per rank spinning on each other) must give every rank the
+    definition's token in every row."""
+    from logits_gather.sampling import reference
+
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    m = 24
+    ranks = Ranks(world, V // world, m, dev)
+    n = V // world
+    rng = random.Random(50 + world)
+    needed = 0
+    for it in range(6):
+        dtype = DTYPES[it % 3]
+        spread = torch.tensor([rng.choice([0.05, 0.3, 1.0, 3.0]) for _ in range(m)], device=dev)
+        full = (torch.randn(m, V, device=dev) * spread[:, None]).to(dtype)
+        temp = torch.tensor([rng.choice([0.5, 0.8, 1.0, 1.3]) for _ in range(m)], device=dev)
+        seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev)
+        pos = torch.randint(0, 2**31, (m,), device=dev)
+        rows = torch.stack((seed, pos), 1)
+        p = torch.tensor([rng.choice([0.3, 0.9, 0.99, 1.0]) for _ in range(m)], device=dev,
+                         dtype=torch.float64)  # fmt: skip
+        k = torch.tensor([rng.choice([0, 5, 100, 1000, 30000, V]) for _ in range(m)], device=dev)
+        mp = torch.full((m,), 0.02, device=dev) if it % 2 else None
+        shards = [full[:, r * n : (r + 1) * n] for r in range(world)]
+        for kk in (None, k):
+
+            def call(f, r, kk=kk, shards=shards, temp=temp, rows=rows, p=p, mp=mp):
+                return _cut(f, shards[r], temp, rows, p, mp, kk)
+
+            ranks.warm(call)  # each dtype and filter set compiles its own kernels
+            outs = ranks.run(call, (rng.randrange(world), rng.randrange(0, 200_000)))
+            want = reference.sample(full, temp, seed, pos, top_k=kk, top_p=p, min_p=mp)
+            needed += _topp_ok(ranks, outs, want, f"tp={world} it={it} {dtype} k={kk is not None}")
+    assert needed >= 6, f"the rounds left rows undecided in only {needed} of 12 calls"
+
+
 def test_topp_second_round_decides_a_dense_split() -> None:
     """One split dense near the top hides round 1's cut (every split's candidates stop
     at the largest value some split left out); round 2 (``nucleus.again_*``) must then decide
@@ -215,11 +263,12 @@ def test_topp_second_round_decides_a_dense_split() -> None:
     pos = torch.randint(0, 2**31, (m,), device=dev)
     rows = torch.stack((seed, pos), 1)  # the fused kernels' seed, position rows
     p = torch.full((m,), 0.5, dtype=torch.float64, device=dev)
-    call = lambda f, r: f.sample_topp(shards[r], temp, rows, p, None)  # noqa: E731
+    call = lambda f, r: f.sample_topp(shards[r], temp, rows, p, None, exact=False)  # noqa: E731
     ranks.warm(call)
+    want = reference.sample(full, temp, seed, pos, top_p=p)
     for _ in range(3):
         outs = ranks.run(call, (rng.randrange(world), rng.randrange(0, 200_000)))
-        _topp_ok(ranks, outs, reference.sample(full, temp, seed, pos, top_p=p), "dense split")
         again = ranks.fused[0].spilled != 0x7FFFFFFF
         assert bool(again[1]), "round 1 decided the dense-split row: the test lost its case"
-        assert bool((outs[0][0][again] >= 0).all()), "round 2 left the dense-split row"
+        assert not bool(outs[0][1]), "round 2 left a row undecided"
+        _topp_ok(ranks, outs, want, "dense split")

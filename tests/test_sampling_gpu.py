@@ -85,13 +85,13 @@ def _filters(rng: random.Random, m: int, dev: torch.device) -> list[dict]:
             min_p=col([0.0, 0.0, 0.05, 0.3]),
         ),
         dict(top_p=col([1.0, 0.8, 1e-6])),
-        dict(top_k=col([0, 7, 70, V])),
+        dict(top_k=col([0, 7, 70, V])),  # 70: top-k's launches, then the rest
         dict(top_k=col([0, 1, 7, 64, V])),  # off rows in top-k's launches (topk.rowk_local)
         dict(top_k=col([0, 5, 50, 300, V]), top_p=0.9),  # in top-p's launches (nucleus_k_row)
         dict(top_k=col([0, 3, 50, V]), min_p=col([0.0, 0.05, 0.3])),
         dict(min_p=col([0.0, 0.01, 0.2, 1.0])),
         dict(min_p=col([0.0, 1e-40, 1e-30, 0.3])),  # subnormal: the kernels' log, as torch.log
-        dict(top_k=300, top_p=0.9, min_p=0.05),  # an int k > 64: the exact path (sampler.py)
+        dict(top_k=300, top_p=0.9, min_p=0.05),  # an int k > 64: top-p's launches (cuts.py)
         dict(top_k=col([0, 7, 300]), min_p=col([1e-42, 0.05])),
     ]
 

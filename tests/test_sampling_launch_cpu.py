@@ -259,7 +259,7 @@ def test_scalar_filters_rows_are_cached_and_exact() -> None:
     fresh fill, tensors pass through, and the cache stays bounded."""
     from types import SimpleNamespace
 
-    from logits_gather.sampling.fused import fallback as topp
+    from logits_gather.sampling.fused import cuts as topp
 
     s = SimpleNamespace(device=torch.device("cpu"), capacity=8, filled={})
     p = topp.filled(s, 0.9, 5, torch.float64)

@@ -1,6 +1,7 @@
-"""The fused finals' poll loops, compiled for sm_90 (needs Triton, no GPU): no multi-warp
-poll may leave its loop on a test that one warp decides alone
-(:mod:`logits_gather.sampling.kernels.ll`, "Uniform polls"). Skipped where Triton is absent."""
+"""The poll loops of the fused finals and of the in-kernel fallback, compiled for sm_90
+(needs Triton, no GPU): no multi-warp poll may leave its loop on a test that one warp
+decides alone (:mod:`logits_gather.sampling.kernels.ll`, "Uniform polls"). Skipped where
+Triton is absent."""
 
 from __future__ import annotations
 
@@ -21,7 +22,14 @@ def _check():
     return module
 
 
-POLLERS = ("nucleus_final", "again_final", "topk_reduce", "topk_final", "logprobs_final")
+POLLERS = (
+    "nucleus_final",
+    "again_final",
+    "topk_reduce",
+    "topk_final",
+    "logprobs_final",
+    "nucleus_rest",
+)
 
 
 @pytest.mark.parametrize("which", ["small", "production"])

@@ -10,13 +10,11 @@ scalars that are off (``top_k`` 0 or >= V, ``top_p >= 1``, ``min_p <= 0``):
 | none | :meth:`.fused.rounds.Fused.sample` |
 | ``min_p`` alone | :meth:`.fused.rounds.Fused.sample_minp` |
 | an int ``top_k <= 64`` (and ``top_p``, ``min_p``) | :meth:`.fused.rounds.Fused.sample_topk` |
-| a per-row ``top_k`` tensor (and the others) | :func:`.fallback.sample_rows_k` |
-| ``top_p`` (and ``min_p``) | :func:`.fallback.sample` |
-| an int ``top_k`` in 65..V-1 | :func:`.filters.sample` (exact) |
+| ``top_p``, a larger or per-row ``top_k`` (and ``min_p``) | :func:`.fused.cuts.sample` |
 
-The last two rows' fused kernels fall back to the exact path for rows their candidates
-cannot decide (:mod:`.fallback`); under CUDA graph capture those calls take the exact
-path alone.
+The last row's candidate rounds leave some rows undecided; an exact in-kernel fallback
+finishes them in the same launch sequence (:mod:`.fused.cuts`), so every fused call is
+sync-free and CUDA graphs capture it.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from ..checks import resolve_device, resolve_options
 from . import checks
 from .exact import filters, ops
 from .exact.filters import MAX_CANDIDATES
-from .fused import fallback, mailbox, policy
+from .fused import cuts, mailbox, policy
 from .reference import Logprobs
 
 
@@ -79,8 +77,7 @@ class VocabParallelSampler:
         self._backend = backend
         self._exchanges: dict[int, ops.Exchange] = {}
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
-        self.fallback_warm: set[str] = set()  # kinds whose fallback ran once (fallback.py)
-        self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (fallback.filled)
+        self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (cuts.filled)
         self.fused = None
         if fused and backend != "torch.distributed":
             self.fused = policy.decide(self, on_timeout == "trap")
@@ -164,23 +161,20 @@ class VocabParallelSampler:
         k = None if isinstance(k, int) and not 0 < k < self.vocab else k  # scalars off
         p = None if isinstance(p, float) and p >= 1.0 else p
         mp = None if isinstance(mp, float) and mp <= 0.0 else mp
-        if fused is not None and not (isinstance(k, int) and k > MAX_CANDIDATES):
+        if fused is not None:
             rows = torch.stack((seeds, positions), 1)  # the kernels' seed and position
             if k is None and p is None and mp is None:
                 return fused.sample(shard, t.view(m), rows)
-            if isinstance(k, int):
-                _, _, pv, mpv = fallback.filter_rows(self, p, mp, m)
+            if isinstance(k, int) and k <= MAX_CANDIDATES:
+                _, _, pv, mpv = cuts.filter_rows(self, p, mp, m)
                 return fused.sample_topk(shard, t.view(m), rows, k, pv, mpv)
-            draw = (seeds, positions, rows)
-            if k is not None:
-                return fallback.sample_rows_k(self, shard, t, draw, k, p, mp)
-            if p is not None:
-                return fallback.sample(self, shard, t, draw, p, mp)
-            mpv = fallback.filled(self, mp, m, torch.float32).view(m)
+            if k is not None or p is not None:
+                return cuts.sample(self, shard, t, rows, k, p, mp)
+            mpv = cuts.filled(self, mp, m, torch.float32).view(m)
             return fused.sample_minp(shard, t.view(m), rows, mpv)
-        mp = fallback.rows(mp, m, torch.float32, self.device)
-        k = fallback.rows(k, m, torch.int64, self.device)
-        p = fallback.rows(p, m, torch.float64, self.device)
+        mp = cuts.rows(mp, m, torch.float32, self.device)
+        k = cuts.rows(k, m, torch.int64, self.device)
+        p = cuts.rows(p, m, torch.float64, self.device)
         return filters.sample(self, shard, t, seeds, positions, k, p, mp)
 
     def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor, *, top_n: int = 0) -> Logprobs:

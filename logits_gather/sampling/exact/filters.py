@@ -7,8 +7,8 @@ no host sync, so it captures in CUDA graphs. Correct, not fast (up to 10 small e
 3. top-p: ``tau`` by :func:`threshold` over the masses ``q`` (4 exchanges);
 4. one exchange of the best ``s + noise`` over the kept set.
 
-It serves the calls the fused kernels do not and is their fallback; on a fused sampler
-``s`` and the noise come from the kernels, so a row that falls back draws their bits.
+It serves every filtered call of a sampler without the fused kernels (the fused path has
+its own exact fallback, :mod:`..kernels.rest`).
 """
 
 from __future__ import annotations
@@ -81,11 +81,8 @@ def sample(sampler, shard, t, seed, positions, top_k, top_p, min_p) -> torch.Ten
     ``[M, 1]`` tensors (``top_k`` int64, ``top_p`` float64, ``min_p`` fp32) on the
     sampler's device. ``shard`` is only read."""
     m = shard.shape[0]
-    if sampler.fused is not None:
-        s, g = sampler.fused.scores(shard, t.view(m), torch.stack((seed, positions), 1))
-    else:
-        s = reference.scaled(shard, t)
-        g = s + reference.gumbel(seed, positions, sampler.ids)
+    s = reference.scaled(shard, t)
+    g = s + reference.gumbel(seed, positions, sampler.ids)
     ex = sampler.exchange_for(ops.GREEDY_WIDTH, m)
     ops.pack_greedy(shard, ex.payload[:m])
     ex.payload[:m, _SMAX].copy_(s.amax(1))

@@ -19,7 +19,7 @@ were no faster (one H100, world size 1, V=151552, bf16, graph replay, µs at M =
 8192 x 8 4.2 / 6.3 / 13.2 / 55.3; 16384 x 8 5.2 / 8.2 / 16.7 / 74.3. At M=256 greedy
 streams about 2 TB/s whatever the split."""
 NARROW = (2048, 4)
-"""(columns per split, warps) of sampling, min-p, the scores and logprobs with top_n."""
+"""(columns per split, warps) of sampling, min-p, top-p and logprobs with top_n."""
 FINAL_WARPS = 8
 """Warps of top-p's final kernels; no fused kernel runs more (``tests/test_sampling_cpu.py``).
 At 16, nucleus_final's machine code was wrong: float16 and float32 rows with no valid
@@ -27,6 +27,14 @@ candidate took the decided branch or a round-2 level where 8 and 4 warps said
 "undecided"; the same PTX was right through ``ptxas --opt-level 0`` and wrong at levels
 1-3 (a ptxas fault or undefined behaviour in the PTX, not found). 16 warps were also no
 faster (15.4 against 14.9 us at M=64, one H200)."""
+
+
+REST = (8192, 16, 512, 8)
+"""Top-p's in-kernel fallback (:mod:`..kernels.rest`): (columns per team member at least,
+members per rank at most, columns per scan step, warps)."""
+REST_PROGRAMS = 128
+"""Programs of that fallback's grid per rank, at most (row slots x members): its teams
+spin on each other, so the grid must stay resident beside the other ranks' kernels."""
 
 
 def xbits(dtype: torch.dtype) -> int:

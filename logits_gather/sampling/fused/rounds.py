@@ -5,13 +5,14 @@ writer, whose program ``(row, split)`` stores its words straight into every rank
 mailbox, and a waiting kernel that reduces all ranks' words of its row (layouts:
 :mod:`..kernels.writers`; the exchange: :mod:`..kernels.ll`). Greedy, sampling and
 logprobs take one round, min-p two (the row maximum first), top-k two or three writers
-over two rounds (:mod:`..kernels.topk`), top-p two rounds and the caller's fallback
-(:mod:`..kernels.nucleus`, :mod:`.policy`). In eager calls of at most ``single_rows``
-rows with one rank per GPU, a round's writer and waiting kernel are one launch
-(:mod:`..kernels.finals`). Nothing here allocates but the outputs; no host sync.
+over two rounds (:mod:`..kernels.topk`), top-p one or two rounds (:mod:`..kernels.nucleus`)
+and the in-kernel exact fallback for the rows they leave (:mod:`..kernels.rest`). In eager
+calls of at most ``single_rows`` rows with one rank per GPU, a round's writer and waiting
+kernel are one launch (:mod:`..kernels.finals`). Nothing here allocates but the outputs;
+no host sync.
 
 Each operation has one launch geometry, the same on every rank. The noise-heavy writers
-(sampling, min-p, the scores, logprobs with ``top_n``) run :data:`.launch.NARROW` (2048
+(sampling, min-p, top-p, logprobs with ``top_n``) run :data:`.launch.NARROW` (2048
 columns, 4 warps): over tp=2's 75776 columns per rank on one H200, the sampling writer took
 20.8 us at M=64 against 26.2 us at 4096 x 8 (``scripts/sampling-kernel-times.py``). The
 others run :data:`.launch.WIDE`: greedy and plain logprobs gain nothing from more CTAs, and
@@ -25,13 +26,14 @@ from typing import Any
 
 import torch
 
-from ..exact.filters import MAX_CANDIDATES
-from ..kernels import finals, keys, nucleus, topk, writers
+from ..kernels import finals, nucleus, rest, topk, writers
 from . import launch
 from .launch import (
     FINAL_WARPS,
     NARROW,
     NUCLEUS_LANES,
+    REST,
+    REST_PROGRAMS,
     WIDE,
     Geometry,
     Launcher,
@@ -50,6 +52,13 @@ class Fused:
     (ranks that share a GPU); ``index``: the launches' CUDA device; eager calls of at most
     ``single_rows`` rows take one launch per round (0: never)."""
 
+    round_two_rows = 64
+    """Top-p's calls of more rows run round 2 before the in-kernel fallback. One H100,
+    world size 1, V=151552, bf16 ``randn * 3`` logits, T=0.8, top_p=0.9, graph replay,
+    µs at M = 1 / 4 / 16 / 64 / 256, with round 2 always: 30.6 / 34.2 / 44.0 / 85.3 /
+    302.9; never: 29.0 / 31.0 / 40.7 / 80.5 / 357.1. At M=256 some rows need it, and its
+    74 programs per row serve them faster than the fallback's teams of 16."""
+
     def __init__(
         self,
         columns: int,
@@ -63,6 +72,10 @@ class Fused:
         single_rows: int = 0,
     ) -> None:
         self.single_rows = single_rows
+        self.sms: int | None = None  # the device's, once a launch needs it
+        self.rest_consts: tuple[torch.Tensor, torch.Tensor] | None = None  # rest_rows'
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # and every one before
+        """Whether top-p's calls run round 2 before the in-kernel fallback."""
         self.single_in_graphs = False
         """Whether captured calls take one launch too. Off: in replays, whose launches cost
         the host nothing, one launch was slower for greedy, sample and top-k and at most
@@ -88,7 +101,7 @@ class Fused:
 
     def geometry(self, op: str, room: int = 0) -> Geometry:
         """The geometry of ``op`` (``logprobs`` with ``room`` top-n slots)."""
-        if op in ("sample", "scores", "nucleus", "again") or (op == "logprobs" and room):
+        if op in ("sample", "nucleus", "again") or (op == "logprobs" and room):
             return self.narrow
         return self.wide
 
@@ -205,24 +218,6 @@ class Fused:
         self.final(finals.sample_final, m, mb, tail, {}, 1, self.narrow)
         return out
 
-    def scores(
-        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(s, g)`` fp32 ``[M, N]`` for the filter path, in one kernel, in the fused
-        kernels' arithmetic (``seed``: int64 ``[M, 2]`` seed, position rows)."""
-        m, geo = shard.shape[0], self.geometry("scores")
-        x = shard if shard.stride(1) == 1 else shard.contiguous()
-        s = torch.empty(m, self.columns, dtype=torch.float32, device=shard.device)
-        g = torch.empty_like(s)
-        self.launch(
-            keys.scores_kernel,
-            (m, geo.splits),
-            (x, x.stride(0), t, seed, s, g, self.columns, self.col0),
-            {"BLOCK": geo.block},
-            geo.warps,
-        )
-        return s, g
-
     def sample_minp(
         self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, min_p: torch.Tensor
     ) -> torch.Tensor:
@@ -269,14 +264,17 @@ class Fused:
         k: int | torch.Tensor,
         p: torch.Tensor | None,
         min_p: torch.Tensor | None,
-        need: torch.Tensor | None = None,
+        *,
+        plain: bool = False,
+        exact: bool = True,
     ) -> torch.Tensor:
         """Top-k (``k`` 1..64, or int64 ``[M]``: rows outside 1..64 get junk tokens), then
         min-p (``min_p`` fp32 ``[M]``) and top-p (``p`` float64 or float32 ``[M]``, ``>= 1``
-        off) over the exact top-k set (:mod:`..kernels.topk`). With ``need`` (bool ``[1]``;
-        ``k`` a tensor, no ``p``), rows with ``k`` off are sampled without top-k in the same
-        launches, and ``need`` says whether a row has ``64 < k < V`` (junk token). Five
-        launches; in eager calls three (each round's waiting kernel joins its last writer)."""
+        off) over the exact top-k set (:mod:`..kernels.topk`). With ``plain`` (``k`` a
+        tensor, no ``p``), rows with ``k`` off are sampled without top-k in the same
+        launches, and rows with ``64 < k < V`` get -1, then with ``exact`` their tokens
+        from top-p's in-kernel fallback (:meth:`rest`). Five launches (six with ``plain``);
+        in eager calls three (each round's waiting kernel joins its last writer)."""
         per_row = isinstance(k, torch.Tensor)
         m, c, plan = shard.shape[0], self.wide.c, self.wide.topk(64 if per_row else k)
         g, kp = plan.g, plan.kp
@@ -298,11 +296,11 @@ class Fused:
         flags = mb.flags
         pv = t if p is None else p
         mpv = t if min_p is None else min_p
-        filters = {"TOPP": p is not None, "MINP": min_p is not None, "PLAIN": need is not None}
+        filters = {"TOPP": p is not None, "MINP": min_p is not None, "PLAIN": plain}
         vocab = self.columns * self.world
-        if need is not None:  # rows with k off sample here too
-            head = (t, low, flags, k, seed, mpv, gbest, need)
-            consts = {"KP": kp, "MINP": filters["MINP"], "KMAX": MAX_CANDIDATES}
+        if plain:  # rows with k off sample here too
+            head = (t, low, flags, k, seed, mpv, gbest)
+            consts = {"KP": kp, "MINP": filters["MINP"]}
             self.local(topk.rowk_local, shard, head, "sample_k", kp, (vocab,), consts)
         else:
             self.local(topk.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
@@ -315,13 +313,30 @@ class Fused:
             head = (t, seed, flags, pv, mpv, gbest, out, *free)
             self.one(topk.topk_one, shard, "sample_k", head, (splits, c, vocab),
                        over | filters, kp, n, programs, warps)  # fmt: skip
-            return out
-        self.local(topk.topk_overflow, shard, (t, seed, flags), "sample_k", kp, (k, splits),
-                     over, programs=programs)  # fmt: skip
-        tail = (t, seed, pv, mpv, gbest, out, c, k, vocab)
-        consts = {"KP": kp, **filters, "ROWK": per_row, "XBITS": over["BITS"]}
-        self.final(topk.topk_final, m, mb, tail, consts, plan.final)
+        else:
+            self.local(topk.topk_overflow, shard, (t, seed, flags), "sample_k", kp, (k, splits),
+                         over, programs=programs)  # fmt: skip
+            tail = (t, seed, pv, mpv, gbest, out, c, k, vocab)
+            consts = {"KP": kp, **filters, "ROWK": per_row, "XBITS": over["BITS"]}
+            self.final(topk.topk_final, m, mb, tail, consts, plan.final)
+        if plain and exact:  # rows with 64 < k < V: the cut over the whole row
+            ones, done = self.rest_rows(shard)
+            self.rest(shard, (t, seed, ones, mpv, k, gbest, done, gbest, out), min_p is not None,
+                      True)  # fmt: skip
         return out
+
+    def rest_rows(self, shard: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(top_p 1.0 float64, lam DONE int32)``, ``[M]`` each, for :meth:`rest` after
+        top-k: views of buffers that only grow and are never freed (graphs captured with
+        them keep reading them)."""
+        m = shard.shape[0]
+        if self.rest_consts is None or self.rest_consts[0].shape[0] < m:
+            size = max(m, 2 * self.rest_consts[0].shape[0] if self.rest_consts else 64)
+            ones = torch.ones(size, dtype=torch.float64, device=shard.device)
+            done = torch.full((size,), rest.DONE.value, dtype=torch.int32, device=shard.device)
+            self.rest_consts = (ones, done)
+            self.kept.append(self.rest_consts)
+        return self.rest_consts[0][:m], self.rest_consts[1][:m]
 
     def sample_topp(
         self,
@@ -330,13 +345,17 @@ class Fused:
         seed: torch.Tensor,
         p: torch.Tensor,
         min_p: torch.Tensor | None,
+        *,
+        exact: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-p (``p`` float64 or float32 ``[M]``), after min-p if ``min_p`` (fp32 ``[M]``):
-        ``(tokens, need)``, tokens -1 where neither round could decide the nucleus and
-        then ``need`` (bool ``[1]``) True (:mod:`..kernels.nucleus`). Both rounds always run;
-        :meth:`topp_rounds` lets the caller skip round 2."""
-        out, flags, second = self.topp_rounds(shard, t, seed, p, min_p)
+        ``(tokens, need)``, ``need`` (bool ``[1]``) True where the rounds left a row
+        undecided. Both rounds always run, then with ``exact`` the in-kernel fallback
+        (every token final); without it undecided rows keep -1."""
+        out, flags, second, rest_ = self.topp_rounds(shard, t, seed, p, min_p)
         second()
+        if exact:
+            rest_()
         return out, flags[:1]
 
     def topp_rounds(
@@ -383,4 +402,35 @@ class Fused:
             tail = (t, seed, seen, thr, gbest, out, flags, self.narrow.c)
             self.final(nucleus.again_final, m, mb, tail, consts, warps, self.narrow)
 
-        return out, flags, second
+        def exact() -> None:
+            self.rest(shard, (t, seed, p, mp, kv, gbest, lam, thr, out), min_p is not None,
+                      k is not None)  # fmt: skip
+
+        return out, flags, second, exact
+
+    def rest_grid(self, shard: torch.Tensor) -> tuple[int, int]:
+        """``(row slots, members per rank)`` of :meth:`rest` for ``shard``: at most
+        :data:`.launch.REST_PROGRAMS` programs and one per SM (``wait_ctas`` where ranks share
+        a GPU); one member in the interpreter, whose programs run one after another."""
+        if not shard.is_cuda:
+            return max(1, min(shard.shape[0], REST_PROGRAMS)), 1
+        if self.sms is None:
+            self.sms = torch.cuda.get_device_properties(shard.device).multi_processor_count
+        most = min(REST_PROGRAMS, self.sms, self.wait_ctas or self.sms)
+        parts = max(1, min(REST[1], self.columns // REST[0], most))
+        return max(1, min(shard.shape[0], most // parts)), parts
+
+    def rest(self, shard: torch.Tensor, head: tuple, minp: bool, rowk: bool) -> None:
+        """Launches :func:`..kernels.rest.nucleus_rest` over the rows whose token is -1."""
+        grid = self.rest_grid(shard)
+        words = grid[1] * rest.WORDS.value
+        mb = self.box(words, shard.shape[0])
+        mb.check()
+        x = shard if shard.stride(1) == 1 else shard.contiguous()
+        args = (x, x.stride(0), *head, mb.peers, mb.data, mb.epoch, mb.parity_stride)
+        args += (mb.row_elems, mb.status_ptr, mb.timeout_us, self.rank * words, shard.shape[0])
+        args += (self.columns, self.col0, self.columns * self.world)
+        consts = {"BLOCK": REST[2], "MEMB": pow2(self.world * grid[1]), "MINP": minp,
+                  "ROWK": rowk, "WORLD": self.world, "THREADS": 32 * REST[3],
+                  "TRAP": self.trap}  # fmt: skip
+        self.launch(rest.nucleus_rest, grid, args, consts, REST[3])

@@ -195,19 +195,6 @@ def use_greedy(t, gbest):
     return (t == 0.0) | (smax != smax) | (tl.abs(smax) == float("inf"))
 
 
-@triton.jit(do_not_specialize=["col0"])
-def scores_kernel(x_ptr, x_stride, t_ptr, seed_ptr, s_ptr, g_ptr, N, col0, BLOCK: tl.constexpr):
-    """The exact path's ``s`` and ``g`` (fp32 ``[M, N]``) on a fused sampler, so that a row
-    that falls back draws the fused kernels' bits."""
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < N
-    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    s, g = scores(x, divisor(tl.load(t_ptr + row)), row_key(seed_ptr, row), cols + col0)
-    tl.store(s_ptr + row * N + cols, s, mask=mask)
-    tl.store(g_ptr + row * N + cols, g, mask=mask)
-
-
 @triton.jit
 def radix_bits(x, BITS: tl.constexpr):
     """The top ``BITS`` bits of ``ordered32(x) + 2**31`` (uint32): order-preserving keys,
@@ -305,7 +292,7 @@ def mass_threshold(total, p):
 
 
 @triton.jit
-def _cut(h, q, lo, hi, thr):
+def cut_level(h, q, lo, hi, thr):
     """The largest level in ``[lo, hi)`` whose mass (``q`` at ``h`` at or above it)
     reaches ``thr``, by bisection: the mass at or above ``lo`` must reach it, the mass
     at or above ``hi`` must not. (A 5-way search, four levels weighed per pass over
@@ -322,9 +309,9 @@ def _cut(h, q, lo, hi, thr):
 
 @triton.jit
 def tau_level(u, h, q, on, lo, hi, thr, default):
-    """:func:`_cut` over radix keys ``u`` of the ``on`` lanes, as the ``h`` level of the
+    """:func:`cut_level` over radix keys ``u`` of the ``on`` lanes, as the ``h`` level of the
     lanes found (``default`` if none): 16 steps at most over bfloat16 keys, not ~25."""
-    lo = _cut(u, q, lo, hi, thr)
+    lo = cut_level(u, q, lo, hi, thr)
     return tl.max(tl.where(on & (u == lo), h, default), 0)
 
 

@@ -23,9 +23,10 @@ Round 2 (:func:`again_local`, :func:`again_final`): every split sends ``[count, 
 keys]``, every element with ``ordered32(s) >= lam`` when at most ``SLOTS`` qualify, else
 only the count (min-p keeps an upper set, so those are kept). With no overflow the final
 kernel has the whole nucleus: ``tau`` by bisection from ``lam``. Else the token stays -1
-and ``need`` is set: the caller's exact fallback. (Without round 2, on ``randn * 3``
-logits at T=0.8, one split with dense top elements sent about one row in 64 to it:
-milliseconds.) Rows round 1 decided have ``lam`` DONE and round 2 skips them (no words,
+and ``need`` is set. Rows left at -1 by either round go to the in-kernel exact fallback
+(:mod:`.rest`), which starts its search at ``lam`` where round 1 found one. Round 2 runs
+only in calls of more than 64 rows (:attr:`..fused.rounds.Fused.round_two_rows`).
+Rows round 1 decided have ``lam`` DONE and round 2 skips them (no words,
 no epoch) on every rank alike; ``lam`` starts DONE (:func:`nucleus_local`), so a harness
 that runs writers before earlier waiting kernels (``tests.emulated``'s warm) skips every
 row alike. Round 2's split 0 stores the ``lam`` its writers saw, for its final kernel.

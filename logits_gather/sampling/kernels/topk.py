@@ -34,8 +34,8 @@ The cut and ``tau`` are searched over radix keys ordered like ``s``
 A per-row ``k`` (int64 ``[M]``) runs :func:`rowk_local` as round 2's first writer: rows
 with ``k`` off (0 or ``>= V``) write the sample format into the first two words per split
 and mark no split; :func:`topk_row` (``PLAIN``) reads them as :func:`.finals.sample_row`
-does, so their tokens are the sample path's (min-p's). Program ``(0, 0)`` sets ``need``
-when a row has ``64 < k < V``: those tokens are junk and the caller's fallback recomputes.
+does, so their tokens are the sample path's (min-p's). Rows with ``KMAX < k < V`` get the
+token -1, for top-p's in-kernel fallback (:mod:`.rest`), which the caller launches next.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ from .keys import (
 )
 from .ll import gathered, last_arrival, place, row_box, row_target
 from .writers import full, load_at, load_row, minp_write, sample_write
+
+KMAX: tl.constexpr = tl.constexpr(64)  # the largest k the candidates serve
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
@@ -206,16 +208,14 @@ def _topk_local(
 
 @triton.jit(do_not_specialize=["own", "V", "col0"])
 def rowk_local(
-    x_ptr, x_stride, t_ptr, low_ptr, flags, k_ptr, seed_ptr, mp_ptr, gbest_ptr, need_ptr,
-    peers, epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, KP: tl.constexpr,
-    KMAX: tl.constexpr, MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    x_ptr, x_stride, t_ptr, low_ptr, flags, k_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch,
+    pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, KP: tl.constexpr,
+    MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """Round 2's first writer for a per-row ``k``: the sample format where ``k`` is off,
-    :func:`topk_local` elsewhere; program ``(0, 0)`` sets ``need`` (``KMAX < k < V``)."""
+    :func:`topk_local` elsewhere."""
     row = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
-    if (row == 0) & (split == 0):
-        _need(k_ptr, need_ptr, tl.num_programs(0), V, KMAX)
     kr = tl.load(k_ptr + row)
     if (kr == 0) | (kr >= V):
         ep = ll.epoch_of(epoch, row)
@@ -230,19 +230,6 @@ def rowk_local(
     else:
         topk_local(x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own, N,
                    col0, BLOCK, KP, WORLD, THREADS)  # fmt: skip
-
-
-@triton.jit
-def _need(k_ptr, need_ptr, M, V, KMAX: tl.constexpr):
-    """``need = any(KMAX < k < V)`` over ``M`` rows, 256 at a time."""
-    bad = tl.zeros([256], tl.int32)
-    start = 0
-    while start < M:
-        i = start + tl.arange(0, 256)
-        k = tl.load(k_ptr + i, mask=i < M, other=0)
-        bad = bad | ((k > KMAX) & (k < V)).to(tl.int32)
-        start += 256
-    tl.store(need_ptr, tl.max(bad, 0) != 0)
 
 
 @triton.jit(do_not_specialize=["own", "k", "col0"])
@@ -338,19 +325,22 @@ def topk_row(
             sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, out_ptr, C,
                        CAND, THREADS, TRAP, F)  # fmt: skip
         else:
-            _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                      p_ptr, mp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK,
-                      XBITS, THREADS, TRAP)  # fmt: skip
+            tok = _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr,
+                            seed_ptr, p_ptr, mp_ptr, gbest_ptr, C, k, CAND, KP, TOPP, MINP,
+                            ROWK, XBITS, THREADS, TRAP)  # fmt: skip
+            far = (kr > KMAX) & ~use_greedy(tl.load(t_ptr + row), tl.load(gbest_ptr + row))
+            tl.store(out_ptr + row, tl.where(far, -1, tok))  # -1: the fallback's row
     else:
-        _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
-                  mp_ptr, gbest_ptr, out_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, XBITS,
-                  THREADS, TRAP)  # fmt: skip
+        tok = _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+                        p_ptr, mp_ptr, gbest_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, XBITS,
+                        THREADS, TRAP)  # fmt: skip
+        tl.store(out_ptr + row, tok)
 
 
 @triton.jit
 def _topk_row(
     box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, mp_ptr,
-    gbest_ptr, out_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
+    gbest_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr,
 ):  # fmt: skip
@@ -402,8 +392,8 @@ def _topk_row(
         # sent at least one). fh >= lo implies fh >= cut.
         tied = tl.max(tl.where(left & (fh >= lo), tie, KEY_MIN), 0)
         tok = index(tl.maximum(best, tied))
-    tl.store(out_ptr + row, tok)
     tl.store(epoch + row, ep)
+    return tok
 
 
 @triton.jit(do_not_specialize=["k", "own", "col0", "V"])

@@ -1,0 +1,90 @@
+"""The filter rows of the fused calls, and the calls that need a cut over the whole
+row: top-p, and a top-k of more than 64 or one per row.
+
+Those run top-p's candidate rounds (:meth:`.rounds.Fused.topp_rounds`), then top-p's
+in-kernel exact fallback (:mod:`..kernels.rest`) for the rows the rounds left undecided:
+no host sync and no torch-ops fallback, so CUDA graphs capture them like the other fused
+calls. A per-row ``top_k`` without top-p takes top-k's launches (rows with ``k`` over 64
+are left to the fallback); with top-p it takes top-p's, as does an int ``top_k`` over 64.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..exact import ops
+
+
+def rows(value: Any, m: int, dtype: torch.dtype, dev: torch.device) -> Any:
+    """None, or a filter's scalar or ``[M, 1]`` tensor as ``[M, 1]`` of ``dtype``."""
+    if value is None or isinstance(value, torch.Tensor):
+        return value
+    return torch.full((m, 1), value, dtype=dtype, device=dev)
+
+
+FILLED_MOST = 32
+"""Scalar filter values a sampler keeps filled rows of (:func:`filled`)."""
+
+
+def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype) -> Any:
+    """:func:`rows` for the fused kernels: None, an ``[M, 1]`` tensor as is, or a scalar
+    as ``[M, 1]`` rows of it. Eager calls take scalars' rows from a per-sampler cache (a
+    view: the kernels only read them), so that a scalar ``top_p`` or ``min_p`` costs no
+    fill kernel per call. Captured calls fill their own, as graphs must not read a cached
+    tensor that a later call may drop."""
+    if value is None or isinstance(value, torch.Tensor):
+        return value
+    dev = sampler.device
+    if ops.capturing(dev):
+        return rows(value, m, dtype, dev)
+    key = (value, dtype)
+    out = sampler.filled.get(key)
+    if out is None or out.shape[0] < m:
+        if len(sampler.filled) >= FILLED_MOST:
+            sampler.filled.clear()
+        sampler.filled[key] = out = rows(value, max(m, sampler.capacity), dtype, dev)
+    return out[:m]
+
+
+def filter_rows(sampler: Any, p: Any, mp: Any, m: int) -> tuple[Any, Any, Any, Any]:
+    """``(p, mp, pv, mpv)`` for the fused kernels (:func:`filled`): ``p`` float64 (a
+    tensor may be float32) and ``mp`` fp32 ``[M, 1]`` (the fallback's), ``pv`` and ``mpv``
+    the same as ``[M]`` (the kernels take min-p's log themselves, with libdevice's
+    ``log``: ``torch.log``'s bits, scripts/min-p-log-check.py); each None where its
+    filter is."""
+    p = filled(sampler, p, m, torch.float64)
+    mp = filled(sampler, mp, m, torch.float32)
+    return p, mp, _flat(p, m), _flat(mp, m)
+
+
+def _flat(rows_: Any, m: int) -> Any:
+    return None if rows_ is None else rows_.view(m)
+
+
+def sample(
+    sampler: Any,
+    shard: torch.Tensor,
+    t: torch.Tensor,
+    rows_: torch.Tensor,
+    k: int | torch.Tensor | None,
+    p: float | torch.Tensor | None,
+    mp: float | torch.Tensor | None,
+) -> torch.Tensor:
+    """Tokens of the fused path's cut calls: ``t`` fp32 ``[M, 1]``; ``rows_`` the seed and
+    position rows (int64 ``[M, 2]``); ``k`` None, an int or int64 ``[M, 1]`` (>= 0); ``p``
+    None, a float < 1 or float64 / float32 ``[M, 1]``; ``mp`` None, a float > 0 or fp32
+    ``[M, 1]``; ``k`` or ``p`` not None."""
+    m, fused = shard.shape[0], sampler.fused
+    if isinstance(k, torch.Tensor) and p is None:  # top-k's launches, then the rest
+        mpv = filter_rows(sampler, None, mp, m)[3]
+        return fused.sample_topk(shard, t.view(m), rows_, k.view(m), None, mpv, plain=True)
+    p = 1.0 if p is None else p
+    p, _, pv, mpv = filter_rows(sampler, p, mp, m)
+    kv = None if k is None else filled(sampler, k, m, torch.int64).view(m)
+    out, _, second, exact = fused.topp_rounds(shard, t.view(m), rows_, pv, mpv, kv)
+    if m > fused.round_two_rows:
+        second()
+    exact()
+    return out
