@@ -73,8 +73,7 @@ class Fused:
     ) -> None:
         self.single_rows = single_rows
         self.sms: int | None = None  # the device's, once a launch needs it
-        self.rest_consts: tuple[torch.Tensor, torch.Tensor] | None = None  # rest_rows'
-        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # and every one before
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # rest_rows', the last current
         """Whether top-p's calls run round 2 before the in-kernel fallback."""
         self.single_in_graphs = False
         """Whether captured calls take one launch too. Off: in replays, whose launches cost
@@ -330,13 +329,13 @@ class Fused:
         top-k: views of buffers that only grow and are never freed (graphs captured with
         them keep reading them)."""
         m = shard.shape[0]
-        if self.rest_consts is None or self.rest_consts[0].shape[0] < m:
-            size = max(m, 2 * self.rest_consts[0].shape[0] if self.rest_consts else 64)
+        if not self.kept or self.kept[-1][0].shape[0] < m:
+            size = max(m, 2 * self.kept[-1][0].shape[0] if self.kept else 64)
             ones = torch.ones(size, dtype=torch.float64, device=shard.device)
             done = torch.full((size,), rest.DONE.value, dtype=torch.int32, device=shard.device)
-            self.rest_consts = (ones, done)
-            self.kept.append(self.rest_consts)
-        return self.rest_consts[0][:m], self.rest_consts[1][:m]
+            self.kept.append((ones, done))
+        ones, done = self.kept[-1]
+        return ones[:m], done[:m]
 
     def sample_topp(
         self,
