@@ -110,9 +110,10 @@ def _greedy_local(
     row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
 ):  # fmt: skip
+    """The row's epoch is loaded before the split: its load then overlaps the split's."""
+    ep, off = row_target(epoch, pstride, relems, row)
     row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
     best = best_key(x, gidx, mask)
-    ep, off = row_target(epoch, pstride, relems, row)
     ll.put_few(peers, off, own + split, best, best, ep, 1, WORLD, THREADS)
 
 
