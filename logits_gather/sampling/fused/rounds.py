@@ -349,8 +349,8 @@ class Fused:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-p (``p`` float64 or float32 ``[M]``), after min-p if ``min_p`` (fp32 ``[M]``):
         ``(tokens, need)``, ``need`` (bool ``[1]``) True where the rounds left a row
-        undecided. Both rounds always run, then with ``exact`` the in-kernel fallback
-        (every token final); without it undecided rows keep -1."""
+        undecided. Both rounds run, then with ``exact`` the in-kernel fallback (every token
+        final); without it undecided rows keep -1."""
         out, flags, second, rest_ = self.topp_rounds(shard, t, seed, p, min_p)
         second()
         if exact:
@@ -365,11 +365,12 @@ class Fused:
         p: torch.Tensor,
         min_p: torch.Tensor | None,
         k: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
-        """:meth:`sample_topp`'s round 1, launched: ``(tokens, flags, second)``. ``flags``
-        (bool ``[2]``): ``need``, and ``more`` (some row left to round 2, or ``need``; the
-        same on every rank). ``second()`` launches round 2; the tokens are final once it ran
-        or ``more`` is False. ``self.spilled`` and ``self.topp_flags`` keep the last call's
+    ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None], Callable[[], None]]:
+        """:meth:`sample_topp`'s round 1, launched: ``(tokens, flags, second, rest)``.
+        ``flags`` (bool ``[2]``): ``need``, and ``more`` (some row left to round 2, or
+        ``need``; the same on every rank). ``second()`` launches round 2 and ``rest()`` the
+        in-kernel exact fallback, which serves every row still -1; the tokens are final
+        once ``rest()`` ran. ``self.spilled`` and ``self.topp_flags`` keep the last call's
         ``lam`` and ``flags`` (diagnostics). With ``k`` (a per-row ``top_k``, int64 ``[M]``),
         top-k applies first in the rows where it is on (never in round 2)."""
         m, slots = shard.shape[0], self.nucleus_slots
