@@ -272,7 +272,7 @@ def test_scalar_filters_rows_are_cached_and_exact() -> None:
     rows = torch.rand(6, 1)
     assert topp.filled(s, rows, 6, torch.float32) is rows
     assert topp.filled(s, None, 6, torch.float32) is None
-    _, _, pv, mpv = topp.filter_rows(s, 0.9, rows, 6)
+    pv, mpv = topp.filter_rows(s, 0.9, rows, 6)
     assert mpv.shape == (6,) and mpv.data_ptr() == rows.data_ptr()  # no log kernel
     assert pv.shape == (6,) and pv.dtype == torch.float64
     for i in range(3 * topp.FILLED_MOST):

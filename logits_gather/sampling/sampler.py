@@ -166,7 +166,7 @@ class VocabParallelSampler:
             if k is None and p is None and mp is None:
                 return fused.sample(shard, t.view(m), rows)
             if isinstance(k, int) and k <= MAX_CANDIDATES:
-                _, _, pv, mpv = cuts.filter_rows(self, p, mp, m)
+                pv, mpv = cuts.filter_rows(self, p, mp, m)
                 return fused.sample_topk(shard, t.view(m), rows, k, pv, mpv)
             if k is not None or p is not None:
                 return cuts.sample(self, shard, t, rows, k, p, mp)

@@ -48,15 +48,14 @@ def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype) -> Any:
     return out[:m]
 
 
-def filter_rows(sampler: Any, p: Any, mp: Any, m: int) -> tuple[Any, Any, Any, Any]:
-    """``(p, mp, pv, mpv)`` for the fused kernels (:func:`filled`): ``p`` float64 (a
-    tensor may be float32) and ``mp`` fp32 ``[M, 1]`` (the fallback's), ``pv`` and ``mpv``
-    the same as ``[M]`` (the kernels take min-p's log themselves, with libdevice's
-    ``log``: ``torch.log``'s bits, scripts/min-p-log-check.py); each None where its
-    filter is."""
-    p = filled(sampler, p, m, torch.float64)
-    mp = filled(sampler, mp, m, torch.float32)
-    return p, mp, _flat(p, m), _flat(mp, m)
+def filter_rows(sampler: Any, p: Any, mp: Any, m: int) -> tuple[Any, Any]:
+    """``(pv, mpv)`` for the fused kernels (:func:`filled`, as ``[M]``): ``p`` float64 (a
+    tensor may be float32) and ``mp`` fp32 (the kernels take min-p's log themselves, with
+    libdevice's ``log``: ``torch.log``'s bits, scripts/min-p-log-check.py); each None
+    where its filter is."""
+    p_rows = filled(sampler, p, m, torch.float64)
+    mp_rows = filled(sampler, mp, m, torch.float32)
+    return _flat(p_rows, m), _flat(mp_rows, m)
 
 
 def _flat(rows_: Any, m: int) -> Any:
@@ -78,10 +77,10 @@ def sample(
     ``[M, 1]``; ``k`` or ``p`` not None."""
     m, fused = shard.shape[0], sampler.fused
     if isinstance(k, torch.Tensor) and p is None:  # top-k's launches, then the rest
-        mpv = filter_rows(sampler, None, mp, m)[3]
+        mpv = filter_rows(sampler, None, mp, m)[1]
         return fused.sample_topk(shard, t.view(m), rows_, k.view(m), None, mpv, plain=True)
     p = 1.0 if p is None else p
-    p, _, pv, mpv = filter_rows(sampler, p, mp, m)
+    pv, mpv = filter_rows(sampler, p, mp, m)
     kv = None if k is None else filled(sampler, k, m, torch.int64).view(m)
     out, _, second, exact = fused.topp_rounds(shard, t.view(m), rows_, pv, mpv, kv)
     if m > fused.round_two_rows:

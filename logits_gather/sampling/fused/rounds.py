@@ -74,7 +74,6 @@ class Fused:
         self.single_rows = single_rows
         self.sms: int | None = None  # the device's, once a launch needs it
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # rest_rows', the last current
-        """Whether top-p's calls run round 2 before the in-kernel fallback."""
         self.single_in_graphs = False
         """Whether captured calls take one launch too. Off: in replays, whose launches cost
         the host nothing, one launch was slower for greedy, sample and top-k and at most

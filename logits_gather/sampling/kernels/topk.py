@@ -73,7 +73,7 @@ from .keys import (
 from .ll import gathered, last_arrival, place, row_box, row_target
 from .writers import full, load_at, load_row, minp_write, sample_write
 
-KMAX: tl.constexpr = tl.constexpr(64)  # the largest k the candidates serve
+KMAX: tl.constexpr = tl.constexpr(64)  # the largest k the candidates serve (MAX_CANDIDATES)
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
