@@ -156,13 +156,14 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
         print(text, flush=True)
         failed = bool(doc["problems"])
     dist.barrier()
-    sys.stdout.flush()
-    if gpu:  # skip tearing down captured graphs and NCCL: it once hung after the table
+    if gpu:
         torch.cuda.synchronize()
-        os._exit(1 if failed else 0)
-    dist.destroy_process_group()
-    if failed:
-        sys.exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Every rank skips teardown once the report is written: tearing down captured graphs
+    # and NCCL once hung after the table, and gloo's teardown now and then aborted rank 1
+    # (SIGABRT) when rank 0's sockets closed first.
+    os._exit(1 if failed else 0)
 
 
 def main(argv: list[str] | None = None) -> int:
