@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from logits_gather.sampling.fused import rounds as fused
+from logits_gather.sampling.fused.mailbox import status_block
 
 
 class Box:
@@ -32,8 +33,8 @@ class Box:
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
         self.arrivals = torch.zeros(words + capacity, dtype=torch.int32, device=device)
         self.plans: dict[tuple, object] = {}
-        pinned = device.type == "cuda"
-        self.status = torch.zeros(4, dtype=torch.int32, pin_memory=pinned)
+        self.dead = torch.zeros(1, dtype=torch.int32, device=device)
+        self.status = status_block(self.dead, pinned=device.type == "cuda")
         self.status_ptr = self.status.data_ptr()
         self._words = (ctypes.c_int32 * 4).from_address(self.status_ptr)
         self.timeout_us = max(1, int(timeout_s * 1e6))

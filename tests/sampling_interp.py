@@ -357,6 +357,40 @@ def check_decode() -> int:
     return fails
 
 
+def check_dead() -> int:
+    """Top-p's in-kernel fallback serves the rows its rounds left, and none once the
+    sampler's device flag says a wait timed out (:func:`..kernels.rest._alive`): those rows
+    then keep -1. World size 1, flat rows that 64 candidate slots cannot decide."""
+    gen = torch.Generator().manual_seed(11)
+    m, n = 4, 300
+    boxes: dict[int, Box] = {}
+
+    def box(words: int, rows: int) -> Box:
+        if words not in boxes:
+            boxes[words] = b = Box(words, 8, CPU, 1.0)
+            b.peers = torch.tensor([b.data.data_ptr()], dtype=torch.int64)
+        return boxes[words]
+
+    f = fused.Fused(n, 1, 0, box, False, 2)
+    shard = (torch.randn(m, n, generator=gen) * 0.5).to(torch.bfloat16)
+    temp, p = torch.ones(m), torch.full((m,), 0.9, dtype=torch.float64)
+    rows = torch.stack((torch.arange(m), torch.zeros(m, dtype=torch.int64)), 1)
+    fails = 0
+    for dead in (0, 1):
+        out, _, second, rest = f.topp_rounds(shard, temp, rows, p, None)
+        second()
+        left = out < 0
+        for b in boxes.values():
+            b.dead.fill_(dead)
+        rest()
+        served = int((out[left] >= 0).sum())
+        ok = bool(left.any()) and served == (0 if dead else int(left.sum()))
+        print(f"fallback, dead flag {dead}: {int(left.sum())} rows left to it, {served} "
+              f"served: {'ok' if ok else 'FAIL'}")  # fmt: skip
+        fails += not ok
+    return fails
+
+
 def main() -> int:
     """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
     ``--only=OP[,OP]``: those operations alone (greedy, sample, sample_k, logprobs, minp,
@@ -366,7 +400,7 @@ def main() -> int:
         fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, single=True)
         print("FAILURES:", fails)
         return 1 if fails else 0
-    fails = check_decode()
+    fails = check_decode() + check_dead()
     if "--tp8" in sys.argv:
         fails += run(8, 18944, 8, random.randrange(2**31))
     for world, n, m, dtype in (

@@ -19,6 +19,18 @@ from ..exact import ops
 log = logging.getLogger(__name__)
 
 
+def status_block(dead: torch.Tensor, *, pinned: bool) -> torch.Tensor:
+    """A mailbox's status block: int32 words 0-3 record a timed-out wait
+    (:func:`logits_gather.kernel.timed_out`), in host memory (pinned on CUDA) that the host
+    still reads after a trap; words 4-5 hold the address of ``dead``, the sampler's device
+    flag, which a wait that timed out and returns sets (:func:`..kernels.ll.wait`). The
+    fallback polls that flag (:func:`..kernels.rest.nucleus_rest`), never this block: a
+    read of host memory from every program cost about 135 us per row."""
+    block = torch.zeros(8, dtype=torch.int32, pin_memory=pinned)
+    block.view(torch.int64)[2] = dead.data_ptr()
+    return block
+
+
 class Mailbox:
     """``int64 [2, capacity, 2 * words]`` LL slots on every rank, a private epoch and
     arrival count per row, and every rank's base address. ``words`` is the row's width in
@@ -33,6 +45,7 @@ class Mailbox:
         *,
         timeout_s: float,
         trap: bool,
+        dead: torch.Tensor,
     ) -> None:
         self.words, self.capacity = words, capacity
         self.row_elems = 2 * words
@@ -86,7 +99,8 @@ class Mailbox:
         self.timeout_us = max(1, int(timeout_s * 1e6))
         self.trap = trap
         self.flags: torch.Tensor | None = None  # top-k's overflow marks, if used
-        self.status = torch.zeros(4, dtype=torch.int32, pin_memory=True)
+        self.dead = dead
+        self.status = status_block(dead, pinned=True)
         self.status_ptr = self.status.data_ptr()
         self._status_words = (ctypes.c_int32 * 4).from_address(self.status_ptr)
         log.debug("sampling mailbox: %d words x %d rows on %d ranks", words, capacity, world)
@@ -118,6 +132,8 @@ class Mailboxes:
     ) -> None:
         self.group, self.device, self.timeout_s, self.trap = group, device, timeout_s, trap
         self.world = dist.get_world_size(group)
+        self.dead = torch.zeros(1, dtype=torch.int32, device=device)
+        """Set by any of this sampler's waits that timed out and returned (its status block)."""
         self._boxes: dict[int, Mailbox] = {}
         self._retired: list[Mailbox] = []
 
@@ -142,6 +158,7 @@ class Mailboxes:
                 self.device,
                 timeout_s=self.timeout_s,
                 trap=self.trap,
+                dead=self.dead,
             )
         if mb is not None:
             self._retired.append(mb)

@@ -159,11 +159,15 @@ def _ready(lo, hi, mask, ep):
 
 @triton.jit
 def _give_up(lo, mask, ep, status, TRAP: tl.constexpr):
-    """Records a timed-out wait (the lowest epoch seen) in the status block, then traps
-    or returns."""
+    """Records a timed-out wait (the lowest epoch seen) in the status block, then traps,
+    or sets the sampler's device flag whose address the block holds and returns
+    (:func:`..fused.mailbox.status_block`)."""
     seen = tl.min(tl.where(mask, lo >> 32, ep.to(tl.int64)))
     where = status.to(tl.pointer_type(tl.int32))
     timed_out(where, TIMEOUT_IN_SAMPLING, seen.to(tl.int32), ep, TRAP)
+    if not TRAP:
+        dead = tl.load(status.to(tl.pointer_type(tl.int64)) + 2, volatile=True)
+        tl.store(dead.to(tl.pointer_type(tl.int32)), 1)
 
 
 @triton.jit
