@@ -52,6 +52,31 @@ def _locked(self, *args):
 launch.Launcher.__call__ = _locked
 
 
+def _mailboxes(world: int, capacity: int):
+    """``(box_for, boxes)``: ``box_for(rank)`` is a rank's ``box(words, rows)`` for
+    :class:`~logits_gather.sampling.fused.rounds.Fused`, CPU mailboxes built for every rank
+    at once (``boxes[words]``) with peer tables of all ranks' addresses."""
+    boxes: dict[int, list[Box]] = {}
+
+    def made_for(words: int) -> list[Box]:
+        if words not in boxes:
+            made = [Box(words * world, capacity, CPU, 1.0) for _ in range(world)]
+            table = torch.tensor([b.data.data_ptr() for b in made], dtype=torch.int64)
+            for b in made:
+                b.peers = table
+            boxes[words] = made
+        return boxes[words]
+
+    def box_for(rank: int):
+        def box(words: int, rows: int) -> Box:
+            with _LOCK:
+                return made_for(words)[rank]
+
+        return box
+
+    return box_for, boxes
+
+
 def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: bool = False) -> int:
     """``single``: one launch per round (``*_one`` kernels: greedy,
     sample, logprobs, min-p, top-k; world 1 only: here a waiting program cannot wait for
@@ -112,24 +137,7 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
     ops = [op for op in ops if only is None or op[0] in only]
     undecided = spilled = rescued = k_rows = k_decided = rested = 0
-    boxes: dict[int, list[Box]] = {}
-
-    def box_for(rank: int):
-        def box(words: int, rows: int) -> Box:
-            with _LOCK:
-                return made_for(words)[rank]
-
-        def made_for(words: int) -> list[Box]:
-            if words not in boxes:
-                made = [Box(words * world, max(8, m), CPU, 1.0) for _ in range(world)]
-                table = torch.tensor([b.data.data_ptr() for b in made], dtype=torch.int64)
-                for b in made:
-                    b.peers = table
-                boxes[words] = made
-            return boxes[words]
-
-        return box
-
+    box_for, boxes = _mailboxes(world, max(8, m))
     barrier = threading.Barrier(world)
     one = m if single else 0
     fs = [fused.Fused(n, world, r, box_for(r), False, 2, single_rows=one) for r in range(world)]
@@ -363,15 +371,8 @@ def check_dead() -> int:
     then keep -1. World size 1, flat rows that 64 candidate slots cannot decide."""
     gen = torch.Generator().manual_seed(11)
     m, n = 4, 300
-    boxes: dict[int, Box] = {}
-
-    def box(words: int, rows: int) -> Box:
-        if words not in boxes:
-            boxes[words] = b = Box(words, 8, CPU, 1.0)
-            b.peers = torch.tensor([b.data.data_ptr()], dtype=torch.int64)
-        return boxes[words]
-
-    f = fused.Fused(n, 1, 0, box, False, 2)
+    box_for, boxes = _mailboxes(1, 8)
+    f = fused.Fused(n, 1, 0, box_for(0), False, 2)
     shard = (torch.randn(m, n, generator=gen) * 0.5).to(torch.bfloat16)
     temp, p = torch.ones(m), torch.full((m,), 0.9, dtype=torch.float64)
     rows = torch.stack((torch.arange(m), torch.zeros(m, dtype=torch.int64)), 1)
@@ -380,7 +381,7 @@ def check_dead() -> int:
         out, _, second, rest = f.topp_rounds(shard, temp, rows, p, None)
         second()
         left = out < 0
-        for b in boxes.values():
+        for (b,) in boxes.values():
             b.dead.fill_(dead)
         rest()
         served = int((out[left] >= 0).sum())

@@ -428,8 +428,7 @@ class Fused:
         x = shard if shard.stride(1) == 1 else shard.contiguous()
         args = (x, x.stride(0), *head, mb.peers, mb.data, mb.epoch, mb.parity_stride)
         args += (mb.row_elems, mb.status_ptr, mb.dead, mb.timeout_us, self.rank * words)
-        args += (shard.shape[0],)
-        args += (self.columns, self.col0, self.columns * self.world)
+        args += (shard.shape[0], self.columns, self.col0, self.columns * self.world)
         consts = {"BLOCK": REST[2], "MEMB": pow2(self.world * grid[1]), "MINP": minp,
                   "ROWK": rowk, "WORLD": self.world, "THREADS": 32 * REST[3],
                   "TRAP": self.trap}  # fmt: skip
