@@ -29,7 +29,8 @@ I64P, F32P = "*i64", "*fp32"
 
 
 TYPES = {
-    "t_ptr": F32P, "seed_ptr": I64P, "mp_ptr": F32P, "gbest_ptr": I64P, "ids_ptr": I64P,
+    "t_ptr": F32P, "seed_ptr": I64P, "pos_ptr": I64P, "mp_ptr": F32P, "gbest_ptr": I64P,
+    "ids_ptr": I64P,
     "out_ptr": I64P, "lp_ptr": F32P, "top_ids_ptr": I64P, "top_lp_ptr": F32P, "s_ptr": F32P,
     "g_ptr": F32P, "low_ptr": "*i32", "peers": I64P, "epoch": "*i32", "box": I64P, "status": "i64",
     "pstride": "i64", "relems": "i32", "p_ptr": "*fp64", "need_ptr": "*i1", "flags": "*i32",
@@ -63,7 +64,7 @@ def variants():
     local = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256}
     for dt in ("bf16", "fp32"):
         x, bits = f"*{dt}", 16 if dt == "bf16" else 32
-        yield "greedy_local", K.greedy_local, x, local, 8
+        yield "greedy_local", K.greedy_local, x, dict(local, XBITS=bits), 8
         yield "sample_local", K.sample_local, x, local, 8
         yield "topk_probe G=8", T.topk_probe, x, dict(local, G=8), 8
         for kp in (2, 64):
@@ -124,7 +125,7 @@ def variants():
     yield "topk_final small", T.topk_final, None, tf, 8
     yield "logprobs_final small", F.logprobs_final, None, dict(final, CAND=8, NP=8, THREADS=128), 4
     one = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256, "CAND": 8, "TRAP": True}
-    yield "greedy_one small", F.greedy_one, "*bf16", dict(one, KEY=False), 8
+    yield "greedy_one small", F.greedy_one, "*bf16", dict(one, KEY=False, XBITS=16), 8
     yield "logprobs_one small", F.logprobs_one, "*bf16", dict(one, NP=0, XBITS=16), 8
     probe = dict(one, G=8, ROWK=True, BITS=16, THREADS=64)  # the plan's probe_one there
     yield "probe_one small", T.probe_one, "*bf16", probe, 2
@@ -135,8 +136,8 @@ def variants():
 def _ones(x: str, bits: int, one: dict):
     """The one-launch variants (kernels/finals.py) over ``one``'s constants."""
     tag = ""
-    yield f"greedy_one{tag}", F.greedy_one, x, dict(one, KEY=False), 8
-    yield f"greedy_one KEY{tag}", F.greedy_one, x, dict(one, KEY=True), 8
+    yield f"greedy_one{tag}", F.greedy_one, x, dict(one, KEY=False, XBITS=bits), 8
+    yield f"greedy_one KEY{tag}", F.greedy_one, x, dict(one, KEY=True, XBITS=bits), 8
     one_narrow = dict(one, BLOCK=2048, THREADS=128, CAND=128)
     yield f"sample_one{tag}", F.sample_one, x, one_narrow, 4
     yield f"logprobs_one NP=0{tag}", F.logprobs_one, x, dict(one, NP=0, XBITS=bits), 8
@@ -170,6 +171,7 @@ def _usage(cubin: bytes) -> tuple[int, int]:
 def main() -> int:
     bad = 0
     for name, fn, x, const, warps in variants():
+        const = dict(const, PDL=True)  # as launched with one rank per GPU on sm_90
         sig = _sig(fn, x, const)
         try:
             ck = compile(

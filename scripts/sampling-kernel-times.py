@@ -85,7 +85,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     out["top_p=0.9 rows undecided"] = float((tok < 0).sum())
     nucleus = {"SLOTS": f.nucleus_slots, "MINP": False, "ROWK": False}
     locals_ = {
-        "greedy": (writers.greedy_local, (), "greedy", 0, (), {}),
+        "greedy": (writers.greedy_local, (), "greedy", 0, (), {"XBITS": 16}),
         "sample": (writers.sample_local, (t, seed), "sample", 0, (), {}),
         "topk_probe G=8": (topk.topk_probe, (), "probe", 8, (), {"G": 8}),
         "logprobs": (writers.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0, "XBITS": 16}),

@@ -80,7 +80,7 @@ def _ones(wide, narrow, base: dict, world: int):
     tag = ""
     one = dict(base, BLOCK=wide.block, WORLD=world, CAND=wide.cand)
     one_n = dict(base, BLOCK=narrow.block, WORLD=world, CAND=narrow.cand)
-    yield f"greedy_one{tag}", F.greedy_one, dict(one, KEY=False), wide.warps
+    yield f"greedy_one{tag}", F.greedy_one, dict(one, KEY=False, XBITS=16), wide.warps
     yield f"sample_one{tag}", F.sample_one, one_n, narrow.warps
     yield f"logprobs_one top_n=0{tag}", F.logprobs_one, dict(one, NP=0, XBITS=16), wide.warps
     for n in TOP_NS:

@@ -73,6 +73,10 @@ class Ranks:
             single_rows is None
         ):  # one launch (kernels/finals.py) up to this M, as the sampler's rule
             single_rows = half
+        # Programmatic dependent launches as the sampler makes them with one rank per GPU:
+        # at world size 1 only (emulated ranks share a GPU, see fused.launch.Launcher).
+        cuda = device.type == "cuda"
+        pdl = world == 1 and cuda and torch.cuda.get_device_capability(device) >= (9, 0)
         self.fused = [
             fused.Fused(
                 columns,
@@ -83,10 +87,10 @@ class Ranks:
                 wait_ctas or None,
                 device.index,
                 single_rows=single_rows,
+                pdl=pdl,
             )  # fmt: skip
             for r in range(world)
         ]
-        cuda = device.type == "cuda"
         self.streams = [torch.cuda.Stream(device) if cuda else None for _ in range(world)]
         if cuda:  # loads the delay kernel now, not while a rank spins (see warm)
             torch.cuda._sleep(1)

@@ -11,14 +11,14 @@ from logits_gather.sampling.kernels.keys import divisor, row_key, scores
 
 
 @triton.jit
-def noise_kernel(seed_ptr, t_ptr, x_ptr, out_ptr, N, BLOCK: tl.constexpr):
-    """``out[row, j] = x / T + noise`` for global columns ``j`` (fp32; ``seed_ptr`` int64
-    ``[M, 2]``: seed, position), in the fused kernels' arithmetic."""
+def noise_kernel(seed_ptr, pos_ptr, t_ptr, x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    """``out[row, j] = x / T + noise`` for global columns ``j`` (fp32; ``seed_ptr``,
+    ``pos_ptr`` int64 ``[M]``), in the fused kernels' arithmetic."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
     x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
-    _, g = scores(x, divisor(tl.load(t_ptr + row)), row_key(seed_ptr, row), cols)
+    _, g = scores(x, divisor(tl.load(t_ptr + row)), row_key(seed_ptr, pos_ptr, row), cols)
     tl.store(out_ptr + row * N + cols, g, mask=mask)
 
 

@@ -48,7 +48,7 @@ def test_barrier_after_load_before_first_launch() -> None:
     a, b = _Kernel("a", log), _Kernel("b", log)
     launch(a, (4, 3), (0, 7), {"K": 1}, 4)
     assert log == [
-        ("compile", "a", (4, 3), 4, {"K": 1}),
+        ("compile", "a", (4, 3), 4, {"K": 1, "PDL": False}),
         "load",
         "barrier",
         ("launch", "a", (4, 3), (0, 7)),
@@ -204,8 +204,8 @@ class _Bindable:
         self.log = log
 
     def __getitem__(self, grid):
-        def jit(*args, num_warps, **consts):
-            self.log.append(("jit", grid, args))
+        def jit(*args, num_warps, launch_pdl=False, **consts):
+            self.log.append(("jit", grid, args) + ((consts["PDL"],) if launch_pdl else ()))
             return self.compiled
 
         return jit
@@ -237,13 +237,13 @@ def test_bound_launch_fixes_all_but_the_free_arguments(
     launch(fn, (5, 3), args, {"K": 2}, 4)  # cached: tensors as addresses here too
     head = ("fn", False, False, None, None, "meta", None, None, None)
     ptrs = (args[0].data_ptr(), 7, frozen.data_ptr(), 5)
-    assert log == [(5, 3, 1, 1000, *head, *ptrs, 2)]
+    assert log == [(5, 3, 1, 1000, *head, *ptrs, 2, False)]  # constexprs last: K, PDL
     bound = launch.bind(fn, 3, args, {"K": 2}, 4, 2)
     assert bound is not None
     assert launch.bind(fn, 3, args, {"K": 8}, 4, 2) is None  # another constexpr: not compiled
     log.clear()
     assert launch.fast(bound, 6, (111, 7))
-    assert log == [(6, 3, 1, 1000, *head, 111, 7, frozen.data_ptr(), 5, 2)]
+    assert log == [(6, 3, 1, 1000, *head, 111, 7, frozen.data_ptr(), 5, 2, False)]
     log.clear()
     fn.compiled.run.fail = True
     with caplog.at_level(logging.WARNING, logger=launcher_mod.__name__):
@@ -251,6 +251,20 @@ def test_bound_launch_fixes_all_but_the_free_arguments(
     assert log == []
     assert "bound Triton launch failed" in caplog.records[0].getMessage()
     assert launch.bind(fn, 3, args, {"K": 2}, 4, 2) is None
+
+
+def test_pdl_launches_name_it_to_triton_and_to_the_kernel() -> None:
+    """With ``pdl`` every launch is compiled with ``launch_pdl`` and gets ``PDL=True``, so
+    the kernel's ``ll.enter`` waits for the kernel before it; without it ``PDL=False``."""
+    from logits_gather.sampling.fused.launch import Launcher
+
+    log: list = []
+    fn = _Bindable(log)
+    for pdl in (True, False):
+        launch = Launcher(None, pdl=pdl)
+        launch._stream = lambda index: 0  # no CUDA driver here
+        launch(fn, (2, 1), (7,), {"K": 2}, 4)
+    assert log == [("jit", (2, 1), (7,), True), ("jit", (2, 1), (7,))]
 
 
 def test_scalar_filters_rows_are_cached_and_exact() -> None:
@@ -347,3 +361,34 @@ def test_one_launch_binds_per_specialisation() -> None:
     assert launched == [(4, 2), ("bound", 10), ("bound", 100)]
     Fused.one(f, fn, torch.zeros(4, 8192), "greedy", (torch.zeros(1).double(),), (), {})
     assert launched[-1] == (4, 2)  # another dtype: compiled
+
+
+def test_every_launched_kernel_enters_through_pdl_wait() -> None:
+    """A kernel launched as a programmatic dependent may start while the kernel before it
+    runs: every entry point (a ``@triton.jit(do_not_specialize=...)`` kernel, the ones the
+    launcher launches) must take ``PDL`` and call ``ll.enter(PDL)`` before anything else."""
+    import ast
+    import pathlib
+
+    import logits_gather.sampling.kernels as kernels
+
+    entries = 0
+    for path in sorted(pathlib.Path(kernels.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            launched = any(
+                isinstance(d, ast.Call) and any(k.arg == "do_not_specialize" for k in d.keywords)
+                for d in node.decorator_list
+            )
+            if not launched:
+                continue
+            entries += 1
+            where = f"{path.name}:{node.name}"
+            assert "PDL" in [a.arg for a in node.args.args], f"{where} takes no PDL"
+            head = node.body[0]
+            doc = isinstance(head, ast.Expr) and isinstance(head.value, ast.Constant)
+            body = node.body[1:] if doc else node.body
+            first = ast.unparse(body[0])
+            assert first == "ll.enter(PDL)", f"{where} starts with {first!r}"
+    assert entries >= 24

@@ -72,8 +72,7 @@ def test_scores_equal_vllm_bits() -> None:
         grid = (m, triton.cdiv(V, block))
         want = scores(x, t, seed, pos)
         got = torch.full_like(want, float("nan"))
-        rows = torch.stack((seed, pos), 1)
-        sampling_kernels.noise_kernel[grid](rows, t, x, got, V, BLOCK=block)
+        sampling_kernels.noise_kernel[grid](seed, pos, t, x, got, V, BLOCK=block)
         diff = got.view(torch.int32) != want.view(torch.int32)
         assert int(diff.sum()) == 0, (
             f"{dtype}: {int(diff.sum())} of {got.numel()} differ, first at "

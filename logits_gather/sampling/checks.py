@@ -111,9 +111,9 @@ def seed(x: Any, m: int, device: torch.device) -> torch.Tensor:
 
 
 def positions(x: Any, m: int, device: torch.device) -> torch.Tensor:
-    """int64 ``[M]``; None means zeros."""
+    """int64 ``[M]``, or None (zeros)."""
     if x is None:
-        return torch.zeros(m, dtype=torch.int64, device=device)
+        return None
     if isinstance(x, (int, float)):  # sample(shard, t, seed, 50) meant top_k=50
         raise TypeError(
             f"positions must be a torch.Tensor of length M={m}, got {type(x).__name__} {x!r} "

@@ -78,6 +78,7 @@ class VocabParallelSampler:
         self._exchanges: dict[int, ops.Exchange] = {}
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
         self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (cuts.filled)
+        self._zeros: list[torch.Tensor] = []  # positions' zeros (zeros())
         self.fused = None
         if fused and backend != "torch.distributed":
             self.fused = policy.decide(self, on_timeout == "trap")
@@ -115,6 +116,14 @@ class VocabParallelSampler:
             ex = ops.get(width, rows, self.group, self.device, self._backend, cap)
             self._exchanges[width] = ex
         return ex
+
+    def zeros(self, m: int) -> torch.Tensor:
+        """int64 zeros ``[m]``, the fused kernels' positions when the caller gives none: a
+        view of a buffer that only grows, and is never freed (graphs read it)."""
+        if not self._zeros or self._zeros[-1].shape[0] < m:
+            size = max(m, self.capacity)
+            self._zeros.append(torch.zeros(size, dtype=torch.int64, device=self.device))
+        return self._zeros[-1][:m]
 
     def rows(self, shard: torch.Tensor) -> int:
         """``M`` of a checked ``shard``; a growing sampler doubles its capacity past it."""
@@ -162,7 +171,7 @@ class VocabParallelSampler:
         p = None if isinstance(p, float) and p >= 1.0 else p
         mp = None if isinstance(mp, float) and mp <= 0.0 else mp
         if fused is not None:
-            rows = torch.stack((seeds, positions), 1)  # the kernels' seed and position
+            rows = (seeds, self.zeros(m) if positions is None else positions)
             if k is None and p is None and mp is None:
                 return fused.sample(shard, t.view(m), rows)
             if isinstance(k, int) and k <= MAX_CANDIDATES:
@@ -172,6 +181,8 @@ class VocabParallelSampler:
                 return cuts.sample(self, shard, t, rows, k, p, mp)
             mpv = cuts.filled(self, mp, m, torch.float32).view(m)
             return fused.sample_minp(shard, t.view(m), rows, mpv)
+        if positions is None:
+            positions = torch.zeros(m, dtype=torch.int64, device=self.device)
         mp = cuts.rows(mp, m, torch.float32, self.device)
         k = cuts.rows(k, m, torch.int64, self.device)
         p = cuts.rows(p, m, torch.float64, self.device)

@@ -66,13 +66,13 @@ def sample(
     sampler: Any,
     shard: torch.Tensor,
     t: torch.Tensor,
-    rows_: torch.Tensor,
+    rows_: tuple[torch.Tensor, torch.Tensor],
     k: int | torch.Tensor | None,
     p: float | torch.Tensor | None,
     mp: float | torch.Tensor | None,
 ) -> torch.Tensor:
-    """Tokens of the fused path's cut calls: ``t`` fp32 ``[M, 1]``; ``rows_`` the seed and
-    position rows (int64 ``[M, 2]``); ``k`` None, an int or int64 ``[M, 1]`` (>= 0); ``p``
+    """Tokens of the fused path's cut calls: ``t`` fp32 ``[M, 1]``; ``rows_`` the seeds and
+    positions (int64 ``[M]`` each); ``k`` None, an int or int64 ``[M, 1]`` (>= 0); ``p``
     None, a float < 1 or float64 / float32 ``[M, 1]``; ``mp`` None, a float > 0 or fp32
     ``[M, 1]``; ``k`` or ``p`` not None."""
     m, fused = shard.shape[0], sampler.fused

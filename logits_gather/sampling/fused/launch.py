@@ -175,19 +175,31 @@ class Launcher:
     ``barrier`` (ranks that share a GPU, :func:`.policy.sharing_barrier`): run once per
     kernel variant after this rank compiled and loaded it, before its first launch. The
     variant is named by what every rank shares (kernel, ``grid[1]``, warps, constexprs), so
-    every rank makes the same barrier calls."""
+    every rank makes the same barrier calls.
 
-    def __init__(self, index: int | None = None, barrier: Callable[[], None] | None = None) -> None:
+    ``pdl``: every launch is a programmatic dependent launch (``PDL`` in each kernel,
+    :func:`..kernels.ll.enter`), so a kernel's launch overlaps the end of the one before
+    it. Only with one rank per GPU: a launched kernel's programs hold their slots while
+    they wait, and a peer's writer on the same GPU may need them."""
+
+    def __init__(
+        self,
+        index: int | None = None,
+        barrier: Callable[[], None] | None = None,
+        pdl: bool = False,
+    ) -> None:
         self._cache: dict[tuple, tuple] = {}  # kernels stay alive: they are module globals
         self._jit_only = False
         self._index = index
         self._stream: Any = None
         self._barrier = barrier
         self._loaded: set[tuple] = set()  # variants past the barrier
+        self.pdl = pdl
 
     def __call__(
         self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
     ) -> None:
+        consts = {**consts, "PDL": self.pdl}  # the C launcher takes every parameter
         index = self._index
         if index is not None and _get_device() != index:
             with torch.cuda.device(index):
@@ -227,6 +239,7 @@ class Launcher:
         specialises in the free arguments (see :meth:`_key`)."""
         if self._jit_only:
             return None
+        consts = {**consts, "PDL": self.pdl}  # the C launcher takes every parameter
         values = tuple(consts.values())
         key, flat = self._key(fn, grid1, args, values, warps)
         entry = self._cache.get(key)
@@ -280,7 +293,8 @@ class Launcher:
                 self._jit_only = True
         if self._barrier is not None:
             self._load(fn, grid, args, consts, warps)
-        ck = fn[grid](*args, **consts, num_warps=warps)
+        options = {"launch_pdl": True} if self.pdl else {}
+        ck = fn[grid](*args, **consts, num_warps=warps, **options)
         if not self._jit_only and ck is not None and hasattr(ck, "run"):
             self._cache[key] = self._entry(ck)
 

@@ -146,6 +146,7 @@ def decide(sampler: Any, trap: bool) -> Any:
             device.index,
             sharing_barrier(sampler.group, sampler.timeout_s) if sharing else None,
             0 if sharing else half,
+            pdl=not sharing and torch.cuda.get_device_capability(device) >= (9, 0),
         )
         for op in ("greedy", "sample"):
             sampler.box(f.words(op), sampler.capacity)

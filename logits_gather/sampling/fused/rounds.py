@@ -44,13 +44,24 @@ from .launch import (
     xbits,
 )
 
+Seeds = tuple[torch.Tensor, torch.Tensor] | torch.Tensor
+
+
+def pair(seed: Seeds) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(seeds, positions)``, int64 ``[M]`` each, as the kernels read them: ``seed`` is
+    that pair, or (tests) their ``[M, 2]`` stack."""
+    if isinstance(seed, torch.Tensor):
+        return seed[:, 0].contiguous(), seed[:, 1].contiguous()
+    return seed
+
 
 class Fused:
     """One sampler's fused launches (``columns`` per rank, ``world`` ranks). ``box(words,
     rows)``: the mailbox for rows of ``words`` words per rank; ``wait_ctas`` bounds the
     waiting kernels' grids and ``barrier`` runs before each kernel variant's first launch
     (ranks that share a GPU); ``index``: the launches' CUDA device; eager calls of at most
-    ``single_rows`` rows take one launch per round (0: never)."""
+    ``single_rows`` rows take one launch per round (0: never); ``pdl``: programmatic
+    dependent launches (:class:`.launch.Launcher`)."""
 
     round_two_rows = 64
     """Top-p's calls of more rows run round 2 before the in-kernel fallback. One H100,
@@ -70,6 +81,7 @@ class Fused:
         index: int | None = None,
         barrier: Callable[[], None] | None = None,
         single_rows: int = 0,
+        pdl: bool = False,
     ) -> None:
         self.single_rows = single_rows
         self.sms: int | None = None  # the device's, once a launch needs it
@@ -92,7 +104,7 @@ class Fused:
         self.box = box
         self.trap = trap
         self.wait_ctas = wait_ctas
-        self.launch = Launcher(index, barrier)
+        self.launch = Launcher(index, barrier, pdl)
         self._words: dict[tuple[str, int], int] = {}
         self.spilled: torch.Tensor | None = None  # the last top-p call's lam (diagnostics)
         self.topp_flags: torch.Tensor | None = None  # and its (need, more)
@@ -194,40 +206,42 @@ class Fused:
 
     def greedy(self, shard: torch.Tensor, key: bool = False) -> torch.Tensor:
         """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
+        bits = {"XBITS": xbits(shard.dtype)}
         if self.one_wanted(shard):
             out = self.empty(shard)
-            self.one(finals.greedy_one, shard, "greedy", (out,), (self.wide.c,), {"KEY": key})
+            self.one(finals.greedy_one, shard, "greedy", (out,), (self.wide.c,),
+                     {"KEY": key, **bits})  # fmt: skip
             return out
-        mb = self.local(writers.greedy_local, shard, (), "greedy", 0, (), {})
+        mb = self.local(writers.greedy_local, shard, (), "greedy", 0, (), bits)
         out = self.empty(shard)
         c = self.wide.c
         self.final(finals.greedy_final, shard.shape[0], mb, (out, c), {"KEY": key}, 1)
         return out
 
-    def sample(self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor) -> torch.Tensor:
-        """``t`` fp32 ``[M]``, ``seed`` int64 ``[M, 2]`` (seed, position rows)."""
-        m, out = shard.shape[0], self.empty(shard)
+    def sample(self, shard: torch.Tensor, t: torch.Tensor, seed: Seeds) -> torch.Tensor:
+        """``t`` fp32 ``[M]``, ``seed`` the seeds and positions (:func:`pair`)."""
+        m, out, sp = shard.shape[0], self.empty(shard), pair(seed)
         if self.one_wanted(shard):
             tail = (self.narrow.c,)
-            self.one(finals.sample_one, shard, "sample", (t, seed, out), tail, {})
+            self.one(finals.sample_one, shard, "sample", (t, *sp, out), tail, {})
             return out
-        mb = self.local(writers.sample_local, shard, (t, seed), "sample", 0, (), {})
+        mb = self.local(writers.sample_local, shard, (t, *sp), "sample", 0, (), {})
         tail = (t, out, self.narrow.c)
         self.final(finals.sample_final, m, mb, tail, {}, 1, self.narrow)
         return out
 
     def sample_minp(
-        self, shard: torch.Tensor, t: torch.Tensor, seed: torch.Tensor, min_p: torch.Tensor
+        self, shard: torch.Tensor, t: torch.Tensor, seed: Seeds, min_p: torch.Tensor
     ) -> torch.Tensor:
         """min-p without top-k/top-p: greedy round for ``s_max``, then the min-p round
         (``min_p`` fp32 ``[M]``)."""
-        gbest = self.greedy(shard, key=True)
+        gbest, sp = self.greedy(shard, key=True), pair(seed)
         out = self.empty(shard)
         if self.one_wanted(shard):
-            free = (t, seed, min_p, gbest, out)
+            free = (t, *sp, min_p, gbest, out)
             self.one(finals.minp_one, shard, "sample", free, (self.narrow.c,), {})
             return out
-        head = (t, seed, min_p, gbest)
+        head = (t, *sp, min_p, gbest)
         mb = self.local(writers.minp_local, shard, head, "sample", 0, (), {})
         tail = (t, out, self.narrow.c)
         self.final(finals.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
@@ -258,7 +272,7 @@ class Fused:
         self,
         shard: torch.Tensor,
         t: torch.Tensor,
-        seed: torch.Tensor,
+        seed: Seeds,
         k: int | torch.Tensor,
         p: torch.Tensor | None,
         min_p: torch.Tensor | None,
@@ -273,7 +287,7 @@ class Fused:
         launches, and rows with ``64 < k < V`` get -1, then with ``exact`` their tokens
         from top-p's in-kernel fallback (:meth:`rest`). Five launches (six with ``plain``);
         in eager calls three (each round's waiting kernel joins its last writer)."""
-        per_row = isinstance(k, torch.Tensor)
+        per_row, sp = isinstance(k, torch.Tensor), pair(seed)
         m, c, plan = shard.shape[0], self.wide.c, self.wide.topk(64 if per_row else k)
         g, kp = plan.g, plan.kp
         gbest, low = self.empty(shard), self.empty(shard, torch.int32)
@@ -297,7 +311,7 @@ class Fused:
         filters = {"TOPP": p is not None, "MINP": min_p is not None, "PLAIN": plain}
         vocab = self.columns * self.world
         if plain:  # rows with k off sample here too
-            head = (t, low, flags, k, seed, mpv, gbest)
+            head = (t, low, flags, k, *sp, mpv, gbest)
             consts = {"KP": kp, "MINP": filters["MINP"]}
             self.local(topk.rowk_local, shard, head, "sample_k", kp, (vocab,), consts)
         else:
@@ -308,18 +322,18 @@ class Fused:
         over = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": per_row, "SP": pow2(splits)}
         warps = plan.final_one if one else 0
         if warps:
-            head = (t, seed, flags, pv, mpv, gbest, out, *free)
+            head = (t, *sp, flags, pv, mpv, gbest, out, *free)
             self.one(topk.topk_one, shard, "sample_k", head, (splits, c, vocab),
                        over | filters, kp, n, programs, warps)  # fmt: skip
         else:
-            self.local(topk.topk_overflow, shard, (t, seed, flags), "sample_k", kp, (k, splits),
+            self.local(topk.topk_overflow, shard, (t, *sp, flags), "sample_k", kp, (k, splits),
                          over, programs=programs)  # fmt: skip
-            tail = (t, seed, pv, mpv, gbest, out, c, k, vocab)
+            tail = (t, *sp, pv, mpv, gbest, out, c, k, vocab)
             consts = {"KP": kp, **filters, "ROWK": per_row, "XBITS": over["BITS"]}
             self.final(topk.topk_final, m, mb, tail, consts, plan.final)
         if plain and exact:  # rows with 64 < k < V: the cut over the whole row
             ones, done = self.rest_rows(shard)
-            self.rest(shard, (t, seed, ones, mpv, k, gbest, done, gbest, out), min_p is not None,
+            self.rest(shard, (t, *sp, ones, mpv, k, gbest, done, gbest, out), min_p is not None,
                       True)  # fmt: skip
         return out
 
@@ -340,7 +354,7 @@ class Fused:
         self,
         shard: torch.Tensor,
         t: torch.Tensor,
-        seed: torch.Tensor,
+        seed: Seeds,
         p: torch.Tensor,
         min_p: torch.Tensor | None,
         *,
@@ -360,7 +374,7 @@ class Fused:
         self,
         shard: torch.Tensor,
         t: torch.Tensor,
-        seed: torch.Tensor,
+        seed: Seeds,
         p: torch.Tensor,
         min_p: torch.Tensor | None,
         k: torch.Tensor | None = None,
@@ -372,14 +386,14 @@ class Fused:
         once ``rest()`` ran. ``self.spilled`` and ``self.topp_flags`` keep the last call's
         ``lam`` and ``flags`` (diagnostics). With ``k`` (a per-row ``top_k``, int64 ``[M]``),
         top-k applies first in the rows where it is on (never in round 2)."""
-        m, slots = shard.shape[0], self.nucleus_slots
+        m, slots, sp = shard.shape[0], self.nucleus_slots, pair(seed)
         gbest = self.greedy(shard, key=True)
         mp = p if min_p is None else min_p
         # flags and lam are set by nucleus_local (False, DONE), not by fill kernels.
         flags = torch.empty(2, dtype=torch.bool, device=shard.device)
         lam = self.empty(shard, torch.int32)
         kv, vocab = (t, 0) if k is None else (k, self.columns * self.world)
-        head = (t, seed, p, mp, gbest, lam, flags, kv)
+        head = (t, *sp, p, mp, gbest, lam, flags, kv)
         consts = {"SLOTS": slots, "MINP": min_p is not None, "ROWK": k is not None}
         mb = self.local(nucleus.nucleus_local, shard, head, "nucleus", 0, (vocab,), consts)
         out = self.empty(shard)
@@ -387,7 +401,7 @@ class Fused:
         self.spilled, self.topp_flags = lam, flags
         lanes = pow2(self.narrow.c * slots)
         consts = {"SLOTS": slots, "LANES": lanes, "XBITS": xbits(shard.dtype)}
-        tail = (t, seed, p, gbest, out, flags, lam, thr, self.narrow.c, kv, vocab)
+        tail = (t, *sp, p, gbest, out, flags, lam, thr, self.narrow.c, kv, vocab)
         warps = select_warps(lanes, FINAL_WARPS)
         per_row = {"ROWK": k is not None}
         self.final(nucleus.nucleus_final, m, mb, tail, consts | per_row, warps, self.narrow)
@@ -398,11 +412,11 @@ class Fused:
             splits = self.narrow.splits
             mb = self.local(nucleus.again_local, shard, head, "again", 0, (splits,),
                               {"SLOTS": slots}, programs=idle_programs(m, splits))  # fmt: skip
-            tail = (t, seed, seen, thr, gbest, out, flags, self.narrow.c)
+            tail = (t, *sp, seen, thr, gbest, out, flags, self.narrow.c)
             self.final(nucleus.again_final, m, mb, tail, consts, warps, self.narrow)
 
         def exact() -> None:
-            self.rest(shard, (t, seed, p, mp, kv, gbest, lam, thr, out), min_p is not None,
+            self.rest(shard, (t, *sp, p, mp, kv, gbest, lam, thr, out), min_p is not None,
                       k is not None)  # fmt: skip
 
         return out, flags, second, exact

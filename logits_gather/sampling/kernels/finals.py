@@ -49,9 +49,11 @@ from .writers import greedy_write, logprobs_write, minp_write, sample_write
 def greedy_final(
     box, epoch, pstride, relems, status, timeout_us, M, out_ptr, C,
     CAND: tl.constexpr, KEY: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """The row's greedy token, or with ``KEY`` its greedy key (min-p's first round, for
     :func:`.writers.minp_local`)."""
+    ll.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         greedy_row(box, epoch, pstride, relems, status, timeout_us, row, out_ptr, C, CAND, KEY,
@@ -80,9 +82,10 @@ def greedy_row(
 @triton.jit(do_not_specialize=["M"])
 def sample_final(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, out_ptr, C,
-    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    CAND: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """``C`` splits (all ranks) in the sample format (top-k's final is in :mod:`.topk`)."""
+    ll.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, out_ptr, C,
@@ -115,8 +118,9 @@ def sample_row(
 def logprobs_final(
     box, epoch, pstride, relems, status, timeout_us, M, ids_ptr, lp_ptr, top_ids_ptr,
     top_lp_ptr, S, C, N, W, n, CAND: tl.constexpr, NP: tl.constexpr, THREADS: tl.constexpr,
-    TRAP: tl.constexpr,
+    TRAP: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    ll.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         logprobs_row(box, epoch, pstride, relems, status, timeout_us, row, ids_ptr, lp_ptr,
@@ -177,12 +181,14 @@ def logprobs_row(
 def greedy_one(
     x_ptr, x_stride, out_ptr, peers, box, epoch, arrivals, pstride, relems, own, N, col0,
     status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-    CAND: tl.constexpr, KEY: tl.constexpr, TRAP: tl.constexpr,
+    CAND: tl.constexpr, KEY: tl.constexpr, TRAP: tl.constexpr, XBITS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """:func:`.writers.greedy_local` then :func:`.finals.greedy_final` in one launch."""
+    ll.enter(PDL)
     row, split = place()
     greedy_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
-                 BLOCK, WORLD, THREADS)  # fmt: skip
+                 BLOCK, WORLD, THREADS, XBITS)  # fmt: skip
     if last_arrival(arrivals, row):
         greedy_row(box, epoch, pstride, relems, status, timeout_us, row, out_ptr, C, CAND, KEY,
                    THREADS, TRAP)  # fmt: skip
@@ -190,14 +196,15 @@ def greedy_one(
 
 @triton.jit(do_not_specialize=["own", "col0"])
 def sample_one(
-    x_ptr, x_stride, t_ptr, seed_ptr, out_ptr, peers, box, epoch, arrivals, pstride, relems,
-    own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr,
-    THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, out_ptr, peers, box, epoch, arrivals, pstride,
+    relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr,
+    THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """:func:`.writers.sample_local` then :func:`.finals.sample_final` in one launch."""
+    ll.enter(PDL)
     row, split = place()
-    sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems,
-                 own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
+    sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, peers, epoch, pstride,
+                 relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
         sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, out_ptr, C,
                    CAND, THREADS, TRAP)  # fmt: skip
@@ -208,9 +215,10 @@ def logprobs_one(
     x_ptr, x_stride, ids_ptr, lp_ptr, top_ids_ptr, top_lp_ptr, n, peers, box, epoch, arrivals,
     pstride, relems, own, N, col0, status, timeout_us, S, C, W, BLOCK: tl.constexpr,
     NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-    CAND: tl.constexpr, TRAP: tl.constexpr,
+    CAND: tl.constexpr, TRAP: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """:func:`.writers.logprobs_local` then :func:`logprobs_final` in one launch."""
+    ll.enter(PDL)
     row, split = place()
     logprobs_write(row, split, x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n,
                    N, col0, BLOCK, NP, XBITS, WORLD, THREADS)  # fmt: skip
@@ -221,14 +229,16 @@ def logprobs_one(
 
 @triton.jit(do_not_specialize=["own", "col0"])
 def minp_one(
-    x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, out_ptr, peers, box, epoch,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, mp_ptr, gbest_ptr, out_ptr, peers, box, epoch,
     arrivals, pstride, relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr,
     WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """:func:`.writers.minp_local` then :func:`.finals.sample_final` in one launch."""
+    ll.enter(PDL)
     row, split = place()
-    minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch,
-               pstride, relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
+    minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, mp_ptr, gbest_ptr, peers,
+               epoch, pstride, relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
         sample_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, out_ptr, C,
                    CAND, THREADS, TRAP)  # fmt: skip

@@ -49,12 +49,25 @@ import os
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ...kernel import now_ns, timed_out
 
 HW: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
 LOW: tl.constexpr = tl.constexpr(0xFFFFFFFF)
 TIMEOUT_IN_SAMPLING = tl.constexpr(3)
+
+
+@triton.jit
+def enter(PDL: tl.constexpr):
+    """The first step of every fused kernel: with ``PDL`` (launched as a programmatic
+    dependent, :class:`..fused.launch.Launcher`), wait until the kernel before it in the
+    stream has completed and its memory is visible, then let the next kernel launch.
+    The next kernel's programs then load and sit in their own wait while this one runs,
+    which hides its launch; none of them touches memory before this kernel ends."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit

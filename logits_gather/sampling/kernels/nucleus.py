@@ -87,26 +87,28 @@ def _fits(level, keep, SLOTS: tl.constexpr):
 
 @triton.jit(do_not_specialize=["own", "V", "col0"])
 def nucleus_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr, need_ptr, k_ptr,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr, need_ptr, k_ptr,
     peers, epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Also resets the call's flags (no fill kernel): ``lam`` to DONE (split 0) and
     ``need``, ``more`` to False (program ``(0, 0)``). ``ROWK``: ``k_ptr`` is a per-row
     ``top_k``; a row with it on sends candidates even where its ``top_p`` is off."""
+    ll.enter(PDL)
     if full(N, BLOCK):
-        _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr,
+        _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr,
                        need_ptr, k_ptr, peers, epoch, pstride, relems, own, V, N, col0, BLOCK,
                        SLOTS, MINP, ROWK, WORLD, THREADS, True)  # fmt: skip
     else:
-        _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr,
+        _nucleus_local(x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr,
                        need_ptr, k_ptr, peers, epoch, pstride, relems, own, V, N, col0, BLOCK,
                        SLOTS, MINP, ROWK, WORLD, THREADS, False)  # fmt: skip
 
 
 @triton.jit
 def _nucleus_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr, need_ptr, k_ptr,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, p_ptr, mp_ptr, gbest_ptr, lam_ptr, need_ptr, k_ptr,
     peers, epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, SLOTS: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     FULL: tl.constexpr,
@@ -133,7 +135,7 @@ def _nucleus_local(
         plain = plain & ((kr == 0) | (kr >= V))
     if plain:  # every kept element counts
         sel = keep & (cols < 0)
-        g = scores(x, r, row_key(seed_ptr, row), gidx)[1]
+        g = scores(x, r, row_key(seed_ptr, pos_ptr, row), gidx)[1]
         best = argmax_key(g, gidx, keep)
     else:
         d = (smax - s) * 2.0  # >= 0 (s_max is the row's largest s)
@@ -157,18 +159,19 @@ def _nucleus_local(
 
 @triton.jit(do_not_specialize=["M", "V"])
 def nucleus_final(
-    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, gbest_ptr,
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, pos_ptr, p_ptr, gbest_ptr,
     out_ptr, need_ptr, lam_ptr, thr_ptr, C, k_ptr, V, CAND: tl.constexpr, SLOTS: tl.constexpr,
     LANES: tl.constexpr, XBITS: tl.constexpr, ROWK: tl.constexpr, THREADS: tl.constexpr,
-    TRAP: tl.constexpr,
+    TRAP: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """The token of every decided row, and ``lam`` = DONE; for the others, -1 and round
     2's ``lam`` and ``thr``, or ``need``; for either, ``more`` (``need_ptr + 1``): the
     caller may skip round 2 without it. ``ROWK``: rows with ``top_k`` on take
     :func:`nucleus_k_row`."""
+    ll.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
-        _nucleus_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
+        _nucleus_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, pos_ptr,
                      p_ptr, gbest_ptr, out_ptr, need_ptr, lam_ptr, thr_ptr, C, k_ptr, V, CAND,
                      SLOTS, LANES, XBITS, ROWK, THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
@@ -176,10 +179,10 @@ def nucleus_final(
 
 @triton.jit
 def _nucleus_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, gbest_ptr,
-    out_ptr, need_ptr, lam_ptr, thr_ptr, C, k_ptr, V, CAND: tl.constexpr, SLOTS: tl.constexpr,
-    LANES: tl.constexpr, XBITS: tl.constexpr, ROWK: tl.constexpr, THREADS: tl.constexpr,
-    TRAP: tl.constexpr,
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, pos_ptr, p_ptr,
+    gbest_ptr, out_ptr, need_ptr, lam_ptr, thr_ptr, C, k_ptr, V, CAND: tl.constexpr,
+    SLOTS: tl.constexpr, LANES: tl.constexpr, XBITS: tl.constexpr, ROWK: tl.constexpr,
+    THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     F: tl.constexpr = HEAD + SLOTS
     c = tl.arange(0, CAND)
@@ -201,13 +204,13 @@ def _nucleus_row(
         if ROWK:  # a per-row k: rows with it on (0 < k < V) take nucleus_k_row
             kr = tl.load(k_ptr + row)
             if (kr > 0) & (kr < V):
-                tok = nucleus_k_row(cand, on, w, ok, gbest, t, p, kr, seed_ptr, row, need_ptr,
-                                    XBITS)  # fmt: skip
+                tok = nucleus_k_row(cand, on, w, ok, gbest, t, p, kr, seed_ptr, pos_ptr, row,
+                                    need_ptr, XBITS)  # fmt: skip
             else:
-                tok, lam, thr = _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row,
-                                          need_ptr, XBITS)  # fmt: skip
+                tok, lam, thr = _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr,
+                                          pos_ptr, row, need_ptr, XBITS)  # fmt: skip
         else:
-            tok, lam, thr = _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row,
+            tok, lam, thr = _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, pos_ptr, row,
                                       need_ptr, XBITS)  # fmt: skip
     tl.store(lam_ptr + row, lam)
     tl.store(thr_ptr + row, thr)
@@ -216,7 +219,9 @@ def _nucleus_row(
 
 
 @triton.jit
-def _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row, need_ptr, XBITS: tl.constexpr):
+def _topp_row(
+    cand, on, z, w, best, ok, gbest, t, p, seed_ptr, pos_ptr, row, need_ptr, XBITS: tl.constexpr
+):
     """``(token, lam, thr)`` of a sampled row from round 1's words (see
     :func:`nucleus_final`)."""
     lam = tl.full((), DONE, tl.int32)
@@ -236,7 +241,7 @@ def _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row, need_ptr, XB
             lo = tl.min(tl.where(above, u, 1 << 32), 0)
             hi = tl.max(tl.where(above, u, 0), 0) + 1
             tau = tau_level(u, h, q, above, lo, hi, thr, -0x7FFFFFFF - 1)
-            sc = score_keys(cand, seed_ptr, row)
+            sc = score_keys(cand, seed_ptr, pos_ptr, row)
             tok = index(tl.max(tl.where(above & (h >= tau), sc, KEY_MIN), 0))
         else:
             # The candidates' own mass reaches thr from lam up, so tau >= lam: the
@@ -254,7 +259,9 @@ def _topp_row(cand, on, z, w, best, ok, gbest, t, p, seed_ptr, row, need_ptr, XB
 
 
 @triton.jit
-def nucleus_k_row(cand, on, w, ok, gbest, t, p, k, seed_ptr, row, need_ptr, XBITS: tl.constexpr):
+def nucleus_k_row(
+    cand, on, w, ok, gbest, t, p, k, seed_ptr, pos_ptr, row, need_ptr, XBITS: tl.constexpr
+):
     """The token of a row whose ``top_k`` is on (``0 < k < V``) from top-p's round-1 words
     (``cand`` its candidate keys on the ``on`` lanes, ``w`` each ``ok`` split's largest
     ``s`` left out; ``p`` float64, 1 for off), or -1 with ``need`` and ``more`` set."""
@@ -276,7 +283,7 @@ def nucleus_k_row(cand, on, w, ok, gbest, t, p, k, seed_ptr, row, need_ptr, XBIT
             lo = tl.min(tl.where(top, u, 1 << 32), 0)
             hi = tl.max(tl.where(top, u, 0), 0) + 1
             tau = tau_level(u, h, q, top, lo, hi, mass_threshold(tl.sum(q, 0), p), none)
-        sc = score_keys(cand, seed_ptr, row)
+        sc = score_keys(cand, seed_ptr, pos_ptr, row)
         tok = index(tl.max(tl.where(top & (h >= tau), sc, KEY_MIN), 0))
     else:
         tl.store(need_ptr, 1)
@@ -288,9 +295,11 @@ def nucleus_k_row(cand, on, w, ok, gbest, t, p, k, seed_ptr, row, need_ptr, XBIT
 def again_local(
     x_ptr, x_stride, t_ptr, lam_ptr, seen_ptr, peers, epoch, pstride, relems, own, S, N, col0,
     BLOCK: tl.constexpr, SLOTS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Program ``(row, p)`` of ``(M, P)`` serves the row's splits ``p, p + P, ..`` (``S``
     of them) in turn: the launch costs little when no row needs it (every top-p call)."""
+    ll.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     lam = tl.load(lam_ptr + row)
     if tl.program_id(1) == 0:
@@ -326,25 +335,27 @@ def _again_split(
 
 @triton.jit(do_not_specialize=["M"])
 def again_final(
-    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, seen_ptr, thr_ptr,
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, pos_ptr, seen_ptr, thr_ptr,
     gbest_ptr, out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
     LANES: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """The token of every row round 1 left to this round; -1 and ``need`` set where a
     split had more than ``SLOTS`` elements at or above ``lam``."""
+    ll.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
         lam = tl.load(seen_ptr + row)
         if lam != DONE:
             _again_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                       thr_ptr, gbest_ptr, out_ptr, need_ptr, C, CAND, SLOTS, LANES, XBITS,
+                       pos_ptr, thr_ptr, gbest_ptr, out_ptr, need_ptr, C, CAND, SLOTS, LANES, XBITS,
                        THREADS, TRAP)  # fmt: skip
         row += tl.num_programs(0)
 
 
 @triton.jit
 def _again_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, thr_ptr,
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, pos_ptr, thr_ptr,
     gbest_ptr, out_ptr, need_ptr, C, CAND: tl.constexpr, SLOTS: tl.constexpr,
     LANES: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
@@ -368,7 +379,7 @@ def _again_row(
         lo = tl.min(tl.where(valid, u, 1 << 32), 0)
         hi = tl.max(tl.where(valid, u, 0), 0) + 1
         tau = tau_level(u, h, q, valid, lo, hi, tl.load(thr_ptr + row), -0x7FFFFFFF - 1)
-        sc = score_keys(cand, seed_ptr, row)
+        sc = score_keys(cand, seed_ptr, pos_ptr, row)
         tl.store(out_ptr + row, index(tl.max(tl.where(valid & (h >= tau), sc, KEY_MIN), 0)))
     else:
         tl.store(need_ptr, 1)

@@ -71,19 +71,20 @@ LOW: tl.constexpr = tl.constexpr(0xFFFFFFFF)
 
 @triton.jit(do_not_specialize=["own", "M", "N", "col0", "V"])
 def nucleus_rest(
-    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, k_ptr, gbest_ptr, lam_ptr, thr_ptr,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, p_ptr, mp_ptr, k_ptr, gbest_ptr, lam_ptr, thr_ptr,
     out_ptr, peers, box, epoch, pstride, relems, status, dead, timeout_us, own, M, N, col0, V,
     BLOCK: tl.constexpr, MEMB: tl.constexpr, MINP: tl.constexpr, ROWK: tl.constexpr,
-    WORLD: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
+    WORLD: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Grid ``(R, P)``: program ``(r, part)`` serves part ``part`` of rows ``r, r + R, ..``
     whose token is -1 (``MEMB``: a power of two >= ``WORLD * P``; ``own``: this rank's
     first word in a row, ``rank * P * WORDS``)."""
+    ll.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     alive = _alive(dead, THREADS)  # once: a row's own waits that time out end its passes
     while row < M:  # a while loop: the interpreter cannot range over program ids
         if (tl.load(out_ptr + row) < 0) & alive:
-            _rest_row(x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, k_ptr, gbest_ptr,
+            _rest_row(x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, p_ptr, mp_ptr, k_ptr, gbest_ptr,
                       lam_ptr, thr_ptr, out_ptr, peers, box, epoch, pstride, relems, status,
                       dead, timeout_us, own, N, col0, V, row, BLOCK, MEMB, MINP, ROWK, WORLD,
                       THREADS, TRAP)  # fmt: skip
@@ -92,7 +93,7 @@ def nucleus_rest(
 
 @triton.jit
 def _rest_row(
-    x_ptr, x_stride, t_ptr, seed_ptr, p_ptr, mp_ptr, k_ptr, gbest_ptr, lam_ptr, thr_ptr,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, p_ptr, mp_ptr, k_ptr, gbest_ptr, lam_ptr, thr_ptr,
     out_ptr, peers, box, epoch, pstride, relems, status, dead, timeout_us, own, N, col0, V, row,
     BLOCK: tl.constexpr, MEMB: tl.constexpr, MINP: tl.constexpr, ROWK: tl.constexpr,
     WORLD: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
@@ -136,9 +137,9 @@ def _rest_row(
                           pstride, relems, status, dead, timeout_us, base, team, ep, start, top,
                           target, p, False, BLOCK, MEMB, WORLD, THREADS, TRAP)  # fmt: skip
     if _alive(dead, THREADS):  # the token: every member's best score key at or above cut
-        _token(x_ptr, x_stride, row, c0, c1, col0, d, floor, cut, seed_ptr, out_ptr, peers, box,
-               epoch, pstride, relems, status, timeout_us, base, team, ep + 1, part, BLOCK, MEMB,
-               WORLD, THREADS, TRAP)  # fmt: skip
+        _token(x_ptr, x_stride, row, c0, c1, col0, d, floor, cut, seed_ptr, pos_ptr, out_ptr,
+               peers, box, epoch, pstride, relems, status, timeout_us, base, team, ep + 1, part,
+               BLOCK, MEMB, WORLD, THREADS, TRAP)  # fmt: skip
 
 
 @triton.jit
@@ -152,14 +153,14 @@ def _alive(dead, THREADS: tl.constexpr):
 
 @triton.jit
 def _token(
-    x_ptr, x_stride, row, c0, c1, col0, d, floor, cut, seed_ptr, out_ptr, peers, box, epoch,
-    pstride, relems, status, timeout_us, base, team, ep, part, BLOCK: tl.constexpr,
+    x_ptr, x_stride, row, c0, c1, col0, d, floor, cut, seed_ptr, pos_ptr, out_ptr, peers, box,
+    epoch, pstride, relems, status, timeout_us, base, team, ep, part, BLOCK: tl.constexpr,
     MEMB: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, TRAP: tl.constexpr,
 ):  # fmt: skip
     """The last pass: every member's best score key among its kept elements at or above
     level ``cut``; member 0 stores the best of all and the row's last epoch ``ep``."""
     off = row_offset(pstride, relems, row, ep)
-    h_row = row_key(seed_ptr, row)
+    h_row = row_key(seed_ptr, pos_ptr, row)
     bg = tl.full([BLOCK], float("-inf"), tl.float32)  # each lane's best score so far
     bj = tl.zeros([BLOCK], tl.int32)  # and its column
     has = tl.zeros([BLOCK], tl.int1)

@@ -80,9 +80,11 @@ KMAX: tl.constexpr = tl.constexpr(64)  # the largest k the candidates serve (MAX
 def topk_probe(
     x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Round 1: [greedy key, ``ordered32(x) << 32`` of the largest x of each of ``G``
     column groups]."""
+    ll.enter(PDL)
     probe_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, peers, epoch,
                 pstride, relems, own, N, col0, BLOCK, G, WORLD, THREADS)  # fmt: skip
 
@@ -108,11 +110,12 @@ def probe_write(
 def topk_reduce(
     box, epoch, pstride, relems, status, timeout_us, M, t_ptr, gbest_ptr, low_ptr, C, k,
     CAND: tl.constexpr, G: tl.constexpr, ROWK: tl.constexpr, BITS: tl.constexpr,
-    THREADS: tl.constexpr, TRAP: tl.constexpr,
+    THREADS: tl.constexpr, TRAP: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """The row's greedy key and ``low = ordered32(x_b / T)``, ``x_b`` the k-th largest group
     maximum (the lowest int32 when fewer than k groups hold a column). ``BITS`` 16
     (bfloat16): the radix select takes two rounds instead of four."""
+    ll.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     while row < M:
         reduce_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr,
@@ -156,9 +159,10 @@ def probe_one(
     x_ptr, x_stride, t_ptr, gbest_ptr, low_ptr, k, peers, box, epoch, arrivals, pstride,
     relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, G: tl.constexpr,
     ROWK: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-    CAND: tl.constexpr, TRAP: tl.constexpr,
+    CAND: tl.constexpr, TRAP: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """:func:`.writers.topk_probe` then :func:`.finals.topk_reduce` in one launch."""
+    ll.enter(PDL)
     row, split = place()
     probe_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK,
                 G, WORLD, THREADS)  # fmt: skip
@@ -171,7 +175,9 @@ def probe_one(
 def topk_local(
     x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, KP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    ll.enter(PDL)
     if full(N, BLOCK):  # see writers.full
         _topk_local(x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own,
                     N, col0, BLOCK, KP, WORLD, THREADS, True)  # fmt: skip
@@ -208,12 +214,13 @@ def _topk_local(
 
 @triton.jit(do_not_specialize=["own", "V", "col0"])
 def rowk_local(
-    x_ptr, x_stride, t_ptr, low_ptr, flags, k_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch,
-    pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, KP: tl.constexpr,
-    MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    x_ptr, x_stride, t_ptr, low_ptr, flags, k_ptr, seed_ptr, pos_ptr, mp_ptr, gbest_ptr, peers,
+    epoch, pstride, relems, own, V, N, col0, BLOCK: tl.constexpr, KP: tl.constexpr,
+    MINP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Round 2's first writer for a per-row ``k``: the sample format where ``k`` is off,
     :func:`topk_local` elsewhere."""
+    ll.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     kr = tl.load(k_ptr + row)
@@ -222,11 +229,12 @@ def rowk_local(
         tl.store(flags + row * tl.num_programs(1) + split, -ep)  # nothing to overflow
         F: tl.constexpr = 2 + KP
         if MINP:
-            minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers,
-                       epoch, pstride, relems, own, N, col0, BLOCK, WORLD, THREADS, F)  # fmt: skip
+            minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, mp_ptr, gbest_ptr,
+                       peers, epoch, pstride, relems, own, N, col0, BLOCK, WORLD, THREADS,
+                       F)  # fmt: skip
         else:
-            sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride,
-                         relems, own, N, col0, BLOCK, WORLD, THREADS, F)  # fmt: skip
+            sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, peers, epoch,
+                         pstride, relems, own, N, col0, BLOCK, WORLD, THREADS, F)  # fmt: skip
     else:
         topk_local(x_ptr, x_stride, t_ptr, low_ptr, flags, peers, epoch, pstride, relems, own, N,
                    col0, BLOCK, KP, WORLD, THREADS)  # fmt: skip
@@ -234,21 +242,22 @@ def rowk_local(
 
 @triton.jit(do_not_specialize=["own", "k", "col0"])
 def topk_overflow(
-    x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, S, N, col0,
-    BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
-    SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, flags, peers, epoch, pstride, relems, own, k, S, N,
+    col0, BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
+    SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """The marked splits' ``k`` (<= KP) largest; program ``(row, p)`` serves splits ``p, p +
     P, ..`` of the row's ``S`` (``SP >= S``)."""
+    ll.enter(PDL)
     overflow_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
-                   seed_ptr, flags, peers, epoch, pstride, relems, own, k, S, N, col0, BLOCK,
-                   KP, BITS, ROWK, SP, WORLD, THREADS)  # fmt: skip
+                   seed_ptr, pos_ptr, flags, peers, epoch, pstride, relems, own, k, S, N, col0,
+                   BLOCK, KP, BITS, ROWK, SP, WORLD, THREADS)  # fmt: skip
 
 
 @triton.jit
 def overflow_write(
-    row, p, x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride, relems, own, k, S,
-    N, col0, BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
+    row, p, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, flags, peers, epoch, pstride, relems, own,
+    k, S, N, col0, BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
     SP: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
     """:func:`topk_overflow`'s work as program ``(row, p)``."""
@@ -259,13 +268,13 @@ def overflow_write(
     while tl.max(todo.to(tl.int32), 0) == 1:
         split = tl.min(tl.where(todo, j, SP), 0)
         todo = todo & (j != split)
-        _overflow_split(x_ptr, x_stride, t_ptr, seed_ptr, peers, off, ep, own, k, N, col0,
+        _overflow_split(x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, peers, off, ep, own, k, N, col0,
                         row, split, BLOCK, KP, BITS, ROWK, WORLD, THREADS)  # fmt: skip
 
 
 @triton.jit
 def _overflow_split(
-    x_ptr, x_stride, t_ptr, seed_ptr, peers, off, ep, own, k, N, col0, row, split,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, peers, off, ep, own, k, N, col0, row, split,
     BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
     WORLD: tl.constexpr, THREADS: tl.constexpr,
 ):  # fmt: skip
@@ -280,7 +289,7 @@ def _overflow_split(
     floor = tl.full((), KEY_MIN, tl.int64)
     if overflow:
         eq = mask & (h == v)
-        g = scores(x, r, row_key(seed_ptr, row), gidx)[1]
+        g = scores(x, r, row_key(seed_ptr, pos_ptr, row), gidx)[1]
         tie = tl.max(tl.where(eq, key(g, gidx), KEY_MIN), 0)
         left = tl.sum((eq & ~sel).to(tl.int32), 0).to(tl.int64)
         floor = (left << 32) | (v.to(tl.int64) & LOW)
@@ -295,24 +304,25 @@ def _overflow_split(
 
 @triton.jit(do_not_specialize=["M", "k", "V"])
 def topk_final(
-    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, p_ptr, mp_ptr,
+    box, epoch, pstride, relems, status, timeout_us, M, t_ptr, seed_ptr, pos_ptr, p_ptr, mp_ptr,
     gbest_ptr, out_ptr, C, k, V, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
-    TRAP: tl.constexpr, PLAIN: tl.constexpr,
+    TRAP: tl.constexpr, PLAIN: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """The token of every row: top-k (``k``; ``ROWK``: int64 ``[M]``), then min-p
     (``MINP``) and top-p (``TOPP``; ``p_ptr`` float64 or float32, ``p >= 1`` off)."""
+    ll.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     while row < M:  # a while loop: the interpreter cannot range over program ids
-        topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
-                 mp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, XBITS,
+        topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, pos_ptr,
+                 p_ptr, mp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, XBITS,
                  THREADS, TRAP, PLAIN)  # fmt: skip
         row += tl.num_programs(0)
 
 
 @triton.jit
 def topk_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, mp_ptr,
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, pos_ptr, p_ptr, mp_ptr,
     gbest_ptr, out_ptr, C, k, V, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr, PLAIN: tl.constexpr,
@@ -326,20 +336,20 @@ def topk_row(
                        CAND, THREADS, TRAP, F)  # fmt: skip
         else:
             tok = _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr,
-                            seed_ptr, p_ptr, mp_ptr, gbest_ptr, C, k, CAND, KP, TOPP, MINP,
+                            seed_ptr, pos_ptr, p_ptr, mp_ptr, gbest_ptr, C, k, CAND, KP, TOPP, MINP,
                             ROWK, XBITS, THREADS, TRAP)  # fmt: skip
             far = (kr > KMAX) & ~use_greedy(tl.load(t_ptr + row), tl.load(gbest_ptr + row))
             tl.store(out_ptr + row, tl.where(far, -1, tok))  # -1: the fallback's row
     else:
         tok = _topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr,
-                        p_ptr, mp_ptr, gbest_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, XBITS,
+                        pos_ptr, p_ptr, mp_ptr, gbest_ptr, C, k, CAND, KP, TOPP, MINP, ROWK, XBITS,
                         THREADS, TRAP)  # fmt: skip
         tl.store(out_ptr + row, tok)
 
 
 @triton.jit
 def _topk_row(
-    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr, mp_ptr,
+    box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, pos_ptr, p_ptr, mp_ptr,
     gbest_ptr, C, k, CAND: tl.constexpr, KP: tl.constexpr, TOPP: tl.constexpr,
     MINP: tl.constexpr, ROWK: tl.constexpr, XBITS: tl.constexpr, THREADS: tl.constexpr,
     TRAP: tl.constexpr,
@@ -384,7 +394,7 @@ def _topk_row(
                 # The mass at or above the cut is all of it; above the largest, none.
                 hi = tl.max(tl.where(kept, u, uk), 0) + 1
                 lo = tau_level(u, h, q, kept, uk, hi, thr, cut)
-        sc = score_keys(cand, seed_ptr, row)
+        sc = score_keys(cand, seed_ptr, pos_ptr, row)
         best = tl.max(tl.where(kept & (h >= lo), sc, KEY_MIN), 0)
         # A split that left out elements equal to its k-th value sent the best score among
         # all of them (they share one s), its tie word: it stands for each, and it is at
@@ -398,18 +408,20 @@ def _topk_row(
 
 @triton.jit(do_not_specialize=["k", "own", "col0", "V"])
 def topk_one(
-    x_ptr, x_stride, t_ptr, seed_ptr, flags, p_ptr, mp_ptr, gbest_ptr, out_ptr, k, peers,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, flags, p_ptr, mp_ptr, gbest_ptr, out_ptr, k, peers,
     box, epoch, arrivals, pstride, relems, own, N, col0, status, timeout_us, S, C, V,
     BLOCK: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, ROWK: tl.constexpr,
     SP: tl.constexpr, TOPP: tl.constexpr, MINP: tl.constexpr, PLAIN: tl.constexpr,
     WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """:func:`topk_overflow` then :func:`topk_final` in one launch."""
+    ll.enter(PDL)
     row, p = place()
-    overflow_write(row, p, x_ptr, x_stride, t_ptr, seed_ptr, flags, peers, epoch, pstride,
+    overflow_write(row, p, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, flags, peers, epoch, pstride,
                    relems, own, k, S, N, col0, BLOCK, KP, BITS, ROWK, SP, WORLD,
                    THREADS)  # fmt: skip
     if last_arrival(arrivals, row):
-        topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, p_ptr,
-                 mp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, BITS,
+        topk_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, seed_ptr, pos_ptr,
+                 p_ptr, mp_ptr, gbest_ptr, out_ptr, C, k, V, CAND, KP, TOPP, MINP, ROWK, BITS,
                  THREADS, TRAP, PLAIN)  # fmt: skip

@@ -30,6 +30,7 @@ from .keys import (
     LOW,
     argmax_key,
     best_key,
+    best_key16,
     divisor,
     key_at,
     max_or_nan,
@@ -84,71 +85,79 @@ def load_at(x_ptr, x_stride, N, col0, row, split, BLOCK: tl.constexpr, FULL: tl.
 @triton.jit(do_not_specialize=["own", "col0"])
 def greedy_local(
     x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
-    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, XBITS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    ll.enter(PDL)
     greedy_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, peers,
-                 epoch, pstride, relems, own, N, col0, BLOCK, WORLD, THREADS)  # fmt: skip
+                 epoch, pstride, relems, own, N, col0, BLOCK, WORLD, THREADS, XBITS)  # fmt: skip
 
 
 @triton.jit
 def greedy_write(
     row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
-    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, XBITS: tl.constexpr,
 ):  # fmt: skip
     """:func:`greedy_local`'s work for split ``split`` of row ``row`` (int64), a full split
     or a row's last."""
     if full_at(split, N, BLOCK):
         _greedy_local(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
-                      BLOCK, WORLD, THREADS, True)  # fmt: skip
+                      BLOCK, WORLD, THREADS, True, XBITS)  # fmt: skip
     else:
         _greedy_local(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
-                      BLOCK, WORLD, THREADS, False)  # fmt: skip
+                      BLOCK, WORLD, THREADS, False, XBITS)  # fmt: skip
 
 
 @triton.jit
 def _greedy_local(
     row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
+    XBITS: tl.constexpr,
 ):  # fmt: skip
-    """The row's epoch is loaded before the split: its load then overlaps the split's."""
+    """The row's epoch is loaded before the split: its load then overlaps the split's.
+    ``XBITS`` 16: bfloat16 inputs (:func:`.keys.best_key16`)."""
     ep, off = row_target(epoch, pstride, relems, row)
     row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
-    best = best_key(x, gidx, mask)
+    if XBITS == 16:
+        best = best_key16(x, split * BLOCK + col0, mask, BLOCK)
+    else:
+        best = best_key(x, gidx, mask)
     ll.put_few(peers, off, own + split, best, best, ep, 1, WORLD, THREADS)
 
 
 @triton.jit(do_not_specialize=["own", "col0"])
 def sample_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
-    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, peers, epoch, pstride, relems, own, N, col0,
+    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """[greedy word, best score key]. The greedy word is the exact greedy key where the
     row may be greedy (T == 0, NaN or +inf, an overflowing s, all -inf); elsewhere only
     its value part (the split's x max), all that :func:`.keys.use_greedy` reads."""
+    ll.enter(PDL)
     sample_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
-                 seed_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, WORLD,
+                 seed_ptr, pos_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, WORLD,
                  THREADS)  # fmt: skip
 
 
 @triton.jit
 def sample_write(
-    row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
-    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, F: tl.constexpr = 2,
+    row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, peers, epoch, pstride, relems, own, N,
+    col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, F: tl.constexpr = 2,
 ):  # fmt: skip
     """:func:`sample_local`'s work for one split, words at ``own + split * F`` (``F`` 2,
     or top-k's ``2 + KP`` in :func:`.topk.rowk_local`)."""
     if full_at(split, N, BLOCK):
-        _sample_local(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride,
+        _sample_local(row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, peers, epoch, pstride,
                       relems, own, N, col0, BLOCK, WORLD, THREADS, True, F)  # fmt: skip
     else:
-        _sample_local(row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride,
+        _sample_local(row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, peers, epoch, pstride,
                       relems, own, N, col0, BLOCK, WORLD, THREADS, False, F)  # fmt: skip
 
 
 @triton.jit
 def _sample_local(
-    row, split, x_ptr, x_stride, t_ptr, seed_ptr, peers, epoch, pstride, relems, own, N, col0,
-    BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
+    row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, peers, epoch, pstride, relems, own, N,
+    col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
     F: tl.constexpr,
 ):  # fmt: skip
     row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
@@ -157,7 +166,7 @@ def _sample_local(
         gx = best_key(x, gidx, mask)
         best = gx
     else:
-        g = scores(x, divisor(t), row_key(seed_ptr, row), gidx)[1]
+        g = scores(x, divisor(t), row_key(seed_ptr, pos_ptr, row), gidx)[1]
         best = argmax_key(g, gidx, mask)  # NaN only where the row is greedy
         xmax = max_or_nan(x, mask)
         gx = ordered(xmax) << 32
@@ -169,19 +178,21 @@ def _sample_local(
 
 @triton.jit(do_not_specialize=["own", "col0"])
 def minp_local(
-    x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride, relems,
+    x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride, relems,
     own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """min-p after :func:`.finals.greedy_final`: [global greedy key, best score key among
     ``s >= s_max + log(min_p)``] with ``s_max = x_max / T``; the sample format."""
+    ll.enter(PDL)
     minp_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
-               seed_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride, relems, own, N, col0,
+               seed_ptr, pos_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride, relems, own, N, col0,
                BLOCK, WORLD, THREADS)  # fmt: skip
 
 
 @triton.jit
 def minp_write(
-    row, split, x_ptr, x_stride, t_ptr, seed_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride,
+    row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, mp_ptr, gbest_ptr, peers, epoch, pstride,
     relems, own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     F: tl.constexpr = 2,
 ):  # fmt: skip
@@ -190,7 +201,7 @@ def minp_write(
     gbest = tl.load(gbest_ptr + row)
     r = divisor(tl.load(t_ptr + row))
     smax = scale(value(gbest), r)
-    s, g = scores(x, r, row_key(seed_ptr, row), gidx)
+    s, g = scores(x, r, row_key(seed_ptr, pos_ptr, row), gidx)
     keep = mask & (s >= smax + tl.log(tl.load(mp_ptr + row)))  # not s < threshold
     best = argmax_key(g, gidx, keep)  # a NaN s is never kept
     ep, off = row_target(epoch, pstride, relems, row)
@@ -201,11 +212,12 @@ def minp_write(
 def logprobs_local(
     x_ptr, x_stride, ids_ptr, peers, epoch, pstride, relems, own, n, N, col0,
     BLOCK: tl.constexpr, NP: tl.constexpr, XBITS: tl.constexpr, WORLD: tl.constexpr,
-    THREADS: tl.constexpr,
+    THREADS: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Head word: the token's logit (fp32 bits; NaN where this rank does not own it).
     Split words: (max, sum exp(x - max)) as fp32 bits (low, high), then the ``n``
     largest keys (x, j) in ``NP`` slots."""
+    ll.enter(PDL)
     logprobs_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, ids_ptr,
                    peers, epoch, pstride, relems, own, n, N, col0, BLOCK, NP, XBITS, WORLD,
                    THREADS)  # fmt: skip
