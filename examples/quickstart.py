@@ -45,6 +45,7 @@ def worker(rank: int, world: int) -> None:
         print("gathered", tuple(logits.shape), "on", device, "; tokens", tokens.tolist())
 
     del gather  # free library objects before the process group
+    sampling.free_samplers()  # and the samplers the sampling functions cached
     dist.destroy_process_group()
 
 

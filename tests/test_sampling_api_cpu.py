@@ -35,6 +35,7 @@ def test_filters_and_group_are_keyword_only() -> None:
     assert _split(sampling.logprobs) == (["shard", "token_ids"], ["top_n", "group"])
     assert _split(VocabParallelSampler.logprobs) == (["shard", "token_ids"], ["top_n"])
     assert _split(sampling.cached_sampler) == (["shard"], ["group"])
+    assert _split(sampling.free_samplers) == ([], [])
 
 
 def test_sampler_arguments_in_logits_gather_order() -> None:

@@ -526,3 +526,22 @@ def test_idle_writer_programs(splits: int, which: str) -> None:
         assert 1 <= p <= splits
         assert p == splits or p >= least
         assert p * m <= max(total, least * m)
+
+
+def _free_cached(rank: int, world: int) -> tuple[int, int, bool]:
+    from logits_gather import sampling
+
+    shard = torch.randn(3, 50)
+    first = sampling.cached_sampler(shard)
+    sampling.greedy(shard)
+    dropped = sampling.free_samplers()
+    again = sampling.free_samplers()
+    rebuilt = sampling.cached_sampler(shard) is not first
+    sampling.free_samplers()
+    return dropped, again, rebuilt
+
+
+def test_free_samplers_drops_the_cached_ones() -> None:
+    """``free_samplers`` drops what the module functions cached (so they can be freed before
+    the process group is destroyed); the next call builds a new sampler."""
+    assert run_ranks(_free_cached, 2) == [(1, 0, True)] * 2

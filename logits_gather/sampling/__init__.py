@@ -10,7 +10,8 @@ device), :mod:`.fused` and :mod:`.kernels` (the GPU path).
 
 The functions here share a sampler per ``(group, device, N)`` that grows with ``M``; its
 builds are collective, so every rank makes the same calls with the same ``M``, filters and
-``top_n``. For CUDA graphs, build a :class:`VocabParallelSampler` yourself.
+``top_n``. For CUDA graphs, build a :class:`VocabParallelSampler` yourself;
+:func:`free_samplers` drops the cached ones (before destroying the process group).
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def _sampler(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> Vo
         sampler.grow = True
         _samplers[key] = sampler
     return sampler
+
+
+def free_samplers() -> int:
+    """Drops the samplers that the functions here cached in this process and returns how
+    many. Local (no communication): call it on every rank before
+    ``dist.destroy_process_group()``, as for any sampler or ``LogitsGather``."""
+    n = len(_samplers)
+    _samplers.clear()
+    return n
 
 
 def greedy(shard: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -96,6 +106,7 @@ __all__ = [
     "Logprobs",
     "VocabParallelSampler",
     "cached_sampler",
+    "free_samplers",
     "greedy",
     "logprobs",
     "reference",
