@@ -73,9 +73,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     out: dict[str, float] = {}
     x = (torch.randn(m, columns, device=device) * 3).to(torch.bfloat16)
     t = torch.full((m,), 0.8, device=device)
-    seed = torch.stack(
-        (torch.arange(m, device=device), torch.zeros(m, dtype=torch.int64, device=device)), 1
-    )  # seed, position
+    seed = (torch.arange(m, device=device), torch.zeros(m, dtype=torch.int64, device=device))
     ids = torch.randint(0, columns, (m,), device=device)
     mp = torch.full((m,), 0.05, device=device)
     p90 = torch.full((m,), 0.9, dtype=torch.float64, device=device)

@@ -78,7 +78,7 @@ def main() -> int:
         wrong = undecided = second = calls = k_rows = k_undecided = 0
         for trial in range(16):
             x, t, (seed, pos), p, mp, k = rows(gen, dt, trial, dev)
-            sp = torch.stack((seed, pos), 1)  # the fused kernels' seed, position rows
+            sp = (seed, pos)  # the fused kernels' seeds, positions
             tok, left = _rounds_then_rest(f, x, t, sp, p, None, None)
             wrong += int((tok != reference.sample(x, t, seed, pos, top_p=p)).sum())
             undecided += left

@@ -112,7 +112,7 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
         temp[7] = 1.0
     seeds = torch.randint(-(2**62), 2**62, (m,), generator=gen)
     pos = torch.randint(0, 2**31, (m,), generator=gen)
-    rows = torch.stack((seeds, pos), 1)  # the fused kernels' seed, position rows
+    rows = (seeds, pos)  # the fused kernels' seeds, positions
     ids = torch.randint(0, v, (m,), generator=gen)
     fails = 0
     ops = [("greedy", None), ("sample", None)] + [("sample_k", k) for k in (1, 3, 20, 64)]
@@ -375,7 +375,7 @@ def check_dead() -> int:
     f = fused.Fused(n, 1, 0, box_for(0), False, 2)
     shard = (torch.randn(m, n, generator=gen) * 0.5).to(torch.bfloat16)
     temp, p = torch.ones(m), torch.full((m,), 0.9, dtype=torch.float64)
-    rows = torch.stack((torch.arange(m), torch.zeros(m, dtype=torch.int64)), 1)
+    rows = (torch.arange(m), torch.zeros(m, dtype=torch.int64))  # seeds, positions
     fails = 0
     for dead in (0, 1):
         out, _, second, rest = f.topp_rounds(shard, temp, rows, p, None)

@@ -95,7 +95,7 @@ def main() -> int:
         temp = torch.rand(M, generator=gen) + 0.3
         seeds = torch.randint(-(2**62), 2**62, (M,), generator=gen)
         pos = torch.randint(0, 2**31, (M,), generator=gen)
-        rows = torch.stack((seeds, pos), 1)  # the fused kernels' seed, position rows
+        rows = (seeds, pos)  # the fused kernels' seeds, positions
         calls = [
             (False, rnd, temp, 0.9),
             (False, dense, temp, 0.5),

@@ -545,3 +545,22 @@ def test_free_samplers_drops_the_cached_ones() -> None:
     """``free_samplers`` drops what the module functions cached (so they can be freed before
     the process group is destroyed); the next call builds a new sampler."""
     assert run_ranks(_free_cached, 2) == [(1, 0, True)] * 2
+
+
+def _zero_positions(rank: int, world: int) -> bool:
+    from logits_gather.sampling import VocabParallelSampler
+
+    sampler = VocabParallelSampler(50, 8, fused=False)
+    a, b = sampler._zero_positions(3), sampler._zero_positions(8)
+    assert a.data_ptr() == b.data_ptr() and a.shape == (3,) and b.dtype == torch.int64
+    sampler.capacity = 32  # a growing sampler's capacity after a larger M
+    c = sampler._zero_positions(20)
+    assert c.shape == (20,) and c.data_ptr() != a.data_ptr()
+    assert len(sampler._zeros) == 2  # the first buffer stays alive: graphs may read it
+    return bool((a == 0).all() and (b == 0).all() and (c == 0).all())
+
+
+def test_zero_positions_are_kept_views() -> None:
+    """``positions=None`` on the fused path reads a zeros buffer that only grows and is
+    never freed (no fill kernel per call; captured graphs keep reading it)."""
+    assert run_ranks(_zero_positions, 1) == [True]

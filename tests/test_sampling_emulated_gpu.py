@@ -107,7 +107,7 @@ def calls(ranks: Ranks, rng: random.Random, m: int, dtype: torch.dtype) -> list:
     temp = torch.tensor([rng.choice([0.0, 0.3, 0.8, 1.0, 1.7]) for _ in range(m)], device=dev)
     seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev)
     pos = torch.randint(0, 2**31, (m,), device=dev)
-    rows = torch.stack((seed, pos), 1)  # the fused kernels' seed, position rows
+    rows = (seed, pos)  # the fused kernels' seeds, positions
     ids = torch.randint(0, V, (m,), device=dev)
     min_p = torch.tensor([rng.choice([0.01, 0.1, 0.5]) for _ in range(m)], device=dev)
     out = [
@@ -223,7 +223,7 @@ def test_rest_serves_rows_the_rounds_leave(world: int) -> None:
         temp = torch.tensor([rng.choice([0.5, 0.8, 1.0, 1.3]) for _ in range(m)], device=dev)
         seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev)
         pos = torch.randint(0, 2**31, (m,), device=dev)
-        rows = torch.stack((seed, pos), 1)
+        rows = (seed, pos)  # the fused kernels' seeds, positions
         p = torch.tensor([rng.choice([0.3, 0.9, 0.99, 1.0]) for _ in range(m)], device=dev,
                          dtype=torch.float64)  # fmt: skip
         k = torch.tensor([rng.choice([0, 5, 100, 1000, 30000, V]) for _ in range(m)], device=dev)
@@ -261,7 +261,7 @@ def test_topp_second_round_decides_a_dense_split() -> None:
     temp = torch.tensor([0.8, 1.0, 0.8, 1.3], device=dev)
     seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev)
     pos = torch.randint(0, 2**31, (m,), device=dev)
-    rows = torch.stack((seed, pos), 1)  # the fused kernels' seed, position rows
+    rows = (seed, pos)  # the fused kernels' seeds, positions
     p = torch.full((m,), 0.5, dtype=torch.float64, device=dev)
     call = lambda f, r: f.sample_topp(shards[r], temp, rows, p, None, exact=False)  # noqa: E731
     ranks.warm(call)

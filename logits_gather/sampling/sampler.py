@@ -78,7 +78,7 @@ class VocabParallelSampler:
         self._exchanges: dict[int, ops.Exchange] = {}
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
         self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (cuts.filled)
-        self._zeros: list[torch.Tensor] = []  # positions' zeros (zeros())
+        self._zeros: list[torch.Tensor] = []  # positions' zeros (_zero_positions)
         self.fused = None
         if fused and backend != "torch.distributed":
             self.fused = policy.decide(self, on_timeout == "trap")
@@ -117,7 +117,7 @@ class VocabParallelSampler:
             self._exchanges[width] = ex
         return ex
 
-    def zeros(self, m: int) -> torch.Tensor:
+    def _zero_positions(self, m: int) -> torch.Tensor:
         """int64 zeros ``[m]``, the fused kernels' positions when the caller gives none: a
         view of a buffer that only grows, and is never freed (graphs read it)."""
         if not self._zeros or self._zeros[-1].shape[0] < m:
@@ -171,7 +171,7 @@ class VocabParallelSampler:
         p = None if isinstance(p, float) and p >= 1.0 else p
         mp = None if isinstance(mp, float) and mp <= 0.0 else mp
         if fused is not None:
-            rows = (seeds, self.zeros(m) if positions is None else positions)
+            rows = (seeds, self._zero_positions(m) if positions is None else positions)
             if k is None and p is None and mp is None:
                 return fused.sample(shard, t.view(m), rows)
             if isinstance(k, int) and k <= MAX_CANDIDATES:

@@ -44,15 +44,9 @@ from .launch import (
     xbits,
 )
 
-Seeds = tuple[torch.Tensor, torch.Tensor] | torch.Tensor
-
-
-def pair(seed: Seeds) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(seeds, positions)``, int64 ``[M]`` each, as the kernels read them: ``seed`` is
-    that pair, or (tests) their ``[M, 2]`` stack."""
-    if isinstance(seed, torch.Tensor):
-        return seed[:, 0].contiguous(), seed[:, 1].contiguous()
-    return seed
+Seeds = tuple[torch.Tensor, torch.Tensor]
+"""``(seeds, positions)``: int64 ``[M]`` each, contiguous; the kernels read row ``i`` of
+each at ``ptr + i``."""
 
 
 class Fused:
@@ -219,13 +213,13 @@ class Fused:
         return out
 
     def sample(self, shard: torch.Tensor, t: torch.Tensor, seed: Seeds) -> torch.Tensor:
-        """``t`` fp32 ``[M]``, ``seed`` the seeds and positions (:func:`pair`)."""
-        m, out, sp = shard.shape[0], self.empty(shard), pair(seed)
+        """``t`` fp32 ``[M]``, ``seed`` the seeds and positions (:data:`Seeds`)."""
+        m, out = shard.shape[0], self.empty(shard)
         if self.one_wanted(shard):
             tail = (self.narrow.c,)
-            self.one(finals.sample_one, shard, "sample", (t, *sp, out), tail, {})
+            self.one(finals.sample_one, shard, "sample", (t, *seed, out), tail, {})
             return out
-        mb = self.local(writers.sample_local, shard, (t, *sp), "sample", 0, (), {})
+        mb = self.local(writers.sample_local, shard, (t, *seed), "sample", 0, (), {})
         tail = (t, out, self.narrow.c)
         self.final(finals.sample_final, m, mb, tail, {}, 1, self.narrow)
         return out
@@ -235,13 +229,13 @@ class Fused:
     ) -> torch.Tensor:
         """min-p without top-k/top-p: greedy round for ``s_max``, then the min-p round
         (``min_p`` fp32 ``[M]``)."""
-        gbest, sp = self.greedy(shard, key=True), pair(seed)
+        gbest = self.greedy(shard, key=True)
         out = self.empty(shard)
         if self.one_wanted(shard):
-            free = (t, *sp, min_p, gbest, out)
+            free = (t, *seed, min_p, gbest, out)
             self.one(finals.minp_one, shard, "sample", free, (self.narrow.c,), {})
             return out
-        head = (t, *sp, min_p, gbest)
+        head = (t, *seed, min_p, gbest)
         mb = self.local(writers.minp_local, shard, head, "sample", 0, (), {})
         tail = (t, out, self.narrow.c)
         self.final(finals.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
@@ -287,7 +281,7 @@ class Fused:
         launches, and rows with ``64 < k < V`` get -1, then with ``exact`` their tokens
         from top-p's in-kernel fallback (:meth:`rest`). Five launches (six with ``plain``);
         in eager calls three (each round's waiting kernel joins its last writer)."""
-        per_row, sp = isinstance(k, torch.Tensor), pair(seed)
+        per_row = isinstance(k, torch.Tensor)
         m, c, plan = shard.shape[0], self.wide.c, self.wide.topk(64 if per_row else k)
         g, kp = plan.g, plan.kp
         gbest, low = self.empty(shard), self.empty(shard, torch.int32)
@@ -311,7 +305,7 @@ class Fused:
         filters = {"TOPP": p is not None, "MINP": min_p is not None, "PLAIN": plain}
         vocab = self.columns * self.world
         if plain:  # rows with k off sample here too
-            head = (t, low, flags, k, *sp, mpv, gbest)
+            head = (t, low, flags, k, *seed, mpv, gbest)
             consts = {"KP": kp, "MINP": filters["MINP"]}
             self.local(topk.rowk_local, shard, head, "sample_k", kp, (vocab,), consts)
         else:
@@ -322,18 +316,18 @@ class Fused:
         over = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": per_row, "SP": pow2(splits)}
         warps = plan.final_one if one else 0
         if warps:
-            head = (t, *sp, flags, pv, mpv, gbest, out, *free)
+            head = (t, *seed, flags, pv, mpv, gbest, out, *free)
             self.one(topk.topk_one, shard, "sample_k", head, (splits, c, vocab),
                        over | filters, kp, n, programs, warps)  # fmt: skip
         else:
-            self.local(topk.topk_overflow, shard, (t, *sp, flags), "sample_k", kp, (k, splits),
+            self.local(topk.topk_overflow, shard, (t, *seed, flags), "sample_k", kp, (k, splits),
                          over, programs=programs)  # fmt: skip
-            tail = (t, *sp, pv, mpv, gbest, out, c, k, vocab)
+            tail = (t, *seed, pv, mpv, gbest, out, c, k, vocab)
             consts = {"KP": kp, **filters, "ROWK": per_row, "XBITS": over["BITS"]}
             self.final(topk.topk_final, m, mb, tail, consts, plan.final)
         if plain and exact:  # rows with 64 < k < V: the cut over the whole row
             ones, done = self.rest_rows(shard)
-            self.rest(shard, (t, *sp, ones, mpv, k, gbest, done, gbest, out), min_p is not None,
+            self.rest(shard, (t, *seed, ones, mpv, k, gbest, done, gbest, out), min_p is not None,
                       True)  # fmt: skip
         return out
 
@@ -386,14 +380,14 @@ class Fused:
         once ``rest()`` ran. ``self.spilled`` and ``self.topp_flags`` keep the last call's
         ``lam`` and ``flags`` (diagnostics). With ``k`` (a per-row ``top_k``, int64 ``[M]``),
         top-k applies first in the rows where it is on (never in round 2)."""
-        m, slots, sp = shard.shape[0], self.nucleus_slots, pair(seed)
+        m, slots = shard.shape[0], self.nucleus_slots
         gbest = self.greedy(shard, key=True)
         mp = p if min_p is None else min_p
         # flags and lam are set by nucleus_local (False, DONE), not by fill kernels.
         flags = torch.empty(2, dtype=torch.bool, device=shard.device)
         lam = self.empty(shard, torch.int32)
         kv, vocab = (t, 0) if k is None else (k, self.columns * self.world)
-        head = (t, *sp, p, mp, gbest, lam, flags, kv)
+        head = (t, *seed, p, mp, gbest, lam, flags, kv)
         consts = {"SLOTS": slots, "MINP": min_p is not None, "ROWK": k is not None}
         mb = self.local(nucleus.nucleus_local, shard, head, "nucleus", 0, (vocab,), consts)
         out = self.empty(shard)
@@ -401,7 +395,7 @@ class Fused:
         self.spilled, self.topp_flags = lam, flags
         lanes = pow2(self.narrow.c * slots)
         consts = {"SLOTS": slots, "LANES": lanes, "XBITS": xbits(shard.dtype)}
-        tail = (t, *sp, p, gbest, out, flags, lam, thr, self.narrow.c, kv, vocab)
+        tail = (t, *seed, p, gbest, out, flags, lam, thr, self.narrow.c, kv, vocab)
         warps = select_warps(lanes, FINAL_WARPS)
         per_row = {"ROWK": k is not None}
         self.final(nucleus.nucleus_final, m, mb, tail, consts | per_row, warps, self.narrow)
@@ -412,11 +406,11 @@ class Fused:
             splits = self.narrow.splits
             mb = self.local(nucleus.again_local, shard, head, "again", 0, (splits,),
                               {"SLOTS": slots}, programs=idle_programs(m, splits))  # fmt: skip
-            tail = (t, *sp, seen, thr, gbest, out, flags, self.narrow.c)
+            tail = (t, *seed, seen, thr, gbest, out, flags, self.narrow.c)
             self.final(nucleus.again_final, m, mb, tail, consts, warps, self.narrow)
 
         def exact() -> None:
-            self.rest(shard, (t, *sp, p, mp, kv, gbest, lam, thr, out), min_p is not None,
+            self.rest(shard, (t, *seed, p, mp, kv, gbest, lam, thr, out), min_p is not None,
                       k is not None)  # fmt: skip
 
         return out, flags, second, exact
