@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from logits_gather.sampling.fused import rounds as fused
+from logits_gather.sampling.fused.launch import pdl_capable
 from logits_gather.sampling.fused.mailbox import status_block
 
 
@@ -75,8 +76,7 @@ class Ranks:
             single_rows = half
         # Programmatic dependent launches as the sampler makes them with one rank per GPU:
         # at world size 1 only (emulated ranks share a GPU, see fused.launch.Launcher).
-        cuda = device.type == "cuda"
-        pdl = world == 1 and cuda and torch.cuda.get_device_capability(device) >= (9, 0)
+        pdl = world == 1 and pdl_capable(device)
         self.fused = [
             fused.Fused(
                 columns,
@@ -91,6 +91,7 @@ class Ranks:
             )  # fmt: skip
             for r in range(world)
         ]
+        cuda = device.type == "cuda"
         self.streams = [torch.cuda.Stream(device) if cuda else None for _ in range(world)]
         if cuda:  # loads the delay kernel now, not while a rank spins (see warm)
             torch.cuda._sleep(1)

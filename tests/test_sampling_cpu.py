@@ -561,6 +561,6 @@ def _zero_positions(rank: int, world: int) -> bool:
 
 
 def test_zero_positions_are_kept_views() -> None:
-    """``positions=None`` on the fused path reads a zeros buffer that only grows and is
+    """``positions=None`` reads a zeros buffer that only grows and is
     never freed (no fill kernel per call; captured graphs keep reading it)."""
     assert run_ranks(_zero_positions, 1) == [True]

@@ -118,8 +118,8 @@ class VocabParallelSampler:
         return ex
 
     def _zero_positions(self, m: int) -> torch.Tensor:
-        """int64 zeros ``[m]``, the fused kernels' positions when the caller gives none: a
-        view of a buffer that only grows, and is never freed (graphs read it)."""
+        """int64 zeros ``[m]``, the positions when the caller gives none: a view of a buffer
+        that only grows, and is never freed (graphs read it); no fill kernel per call."""
         if not self._zeros or self._zeros[-1].shape[0] < m:
             size = max(m, self.capacity)
             self._zeros.append(torch.zeros(size, dtype=torch.int64, device=self.device))
@@ -167,11 +167,13 @@ class VocabParallelSampler:
         """:meth:`sample` for arguments as :mod:`.checks` returns them, routed by the
         module's table."""
         m, fused = shard.shape[0], self.fused
+        if positions is None:
+            positions = self._zero_positions(m)
         k = None if isinstance(k, int) and not 0 < k < self.vocab else k  # scalars off
         p = None if isinstance(p, float) and p >= 1.0 else p
         mp = None if isinstance(mp, float) and mp <= 0.0 else mp
         if fused is not None:
-            rows = (seeds, self._zero_positions(m) if positions is None else positions)
+            rows = (seeds, positions)
             if k is None and p is None and mp is None:
                 return fused.sample(shard, t.view(m), rows)
             if isinstance(k, int) and k <= MAX_CANDIDATES:
@@ -181,8 +183,6 @@ class VocabParallelSampler:
                 return cuts.sample(self, shard, t, rows, k, p, mp)
             mpv = cuts.filled(self, mp, m, torch.float32).view(m)
             return fused.sample_minp(shard, t.view(m), rows, mpv)
-        if positions is None:
-            positions = torch.zeros(m, dtype=torch.int64, device=self.device)
         mp = cuts.rows(mp, m, torch.float32, self.device)
         k = cuts.rows(k, m, torch.int64, self.device)
         p = cuts.rows(p, m, torch.float64, self.device)

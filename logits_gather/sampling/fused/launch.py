@@ -45,6 +45,12 @@ REST_PROGRAMS = 128
 spin on each other, so the grid must stay resident beside the other ranks' kernels."""
 
 
+def pdl_capable(device: torch.device) -> bool:
+    """Whether ``device`` runs programmatic dependent launches (:class:`Launcher`'s ``pdl``:
+    CUDA, sm_90 or later). The caller also needs one rank per GPU."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
 def xbits(dtype: torch.dtype) -> int:
     """Bits of x's radix keys in the kernels (:func:`..kernels.keys.radix_bits`): 16 for
     bfloat16 inputs (their values fill fp32's top 16), else 32."""

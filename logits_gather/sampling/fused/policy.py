@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from ... import symmetric
 from ...checks import agree
+from .launch import pdl_capable
 
 log = logging.getLogger(__name__)
 WHAT = "VocabParallelSampler construction"
@@ -146,7 +147,7 @@ def decide(sampler: Any, trap: bool) -> Any:
             device.index,
             sharing_barrier(sampler.group, sampler.timeout_s) if sharing else None,
             0 if sharing else half,
-            pdl=not sharing and torch.cuda.get_device_capability(device) >= (9, 0),
+            pdl=not sharing and pdl_capable(device),
         )
         for op in ("greedy", "sample"):
             sampler.box(f.words(op), sampler.capacity)

@@ -92,18 +92,32 @@ def best_key(v, gidx, valid):
 
 
 @triton.jit
-def best_key16(x, start, valid, BLOCK: tl.constexpr):
-    """:func:`best_key` of a block of bfloat16 values ``x`` (as fp32) at columns ``start +
-    0 .. BLOCK - 1`` (``BLOCK <= 2**16``): one int32 max of x's 16-bit key over the
-    reversed offset, not an int32 max and an index min. Greedy's writer over 256 rows of
-    V=151552 on one H100 (graph replay): 32.2 us against 34.5."""
+def key16(x, valid, BLOCK: tl.constexpr):
+    """Int32 keys of a block of bfloat16 values ``x`` (as fp32): x's 16-bit order key over
+    the reversed offset in the block (``BLOCK <= 2**16``), the lowest int32 where not
+    ``valid``. A max of them is the largest x, lowest offset on ties (as :func:`key`)."""
     off = tl.arange(0, BLOCK)
     k = ((radix_bits(x, 16).to(tl.int32) ^ 0x8000) << 16) | (0xFFFF - off)
-    b = tl.max(tl.where(valid, k, -0x7FFFFFFF - 1), 0)
+    return tl.where(valid, k, -0x7FFFFFFF - 1)
+
+
+@triton.jit
+def word16(b, start):
+    """The int64 :func:`key` of a :func:`key16` ``b`` of the block starting at column
+    ``start`` (KEY_MIN for the lowest int32: no valid element)."""
     h = b & -65536  # ordered32(x)'s high half; its low half is all ones for negative x
     h = tl.where(h < 0, h | 0xFFFF, h)  # (bfloat16), else zeros
     word = (h.to(tl.int64) << 32) | (LOW - (start + 0xFFFF - (b & 0xFFFF)).to(tl.int64))
     return tl.where(b == -0x7FFFFFFF - 1, KEY_MIN, word)
+
+
+@triton.jit
+def best_key16(x, start, valid, BLOCK: tl.constexpr):
+    """:func:`best_key` of a block of bfloat16 values ``x`` (as fp32) at columns ``start +
+    0 .. BLOCK - 1``: one int32 max of :func:`key16`, not an int32 max and an index min.
+    Greedy's writer over 256 rows of V=151552 on one H100 (graph replay): 32.2 us against
+    34.5."""
+    return word16(tl.max(key16(x, valid, BLOCK), 0), start)
 
 
 @triton.jit

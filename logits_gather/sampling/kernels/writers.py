@@ -26,21 +26,20 @@ from triton.language.extra import libdevice
 
 from . import ll
 from .keys import (
-    KEY_MIN,
-    LOW,
     argmax_key,
     best_key,
     best_key16,
     divisor,
+    key16,
     key_at,
     max_or_nan,
     ordered,
     ordered32,
-    radix_bits,
     row_key,
     scale,
     scores,
     value,
+    word16,
 )
 from .ll import row_target
 
@@ -275,17 +274,11 @@ def _top_n(x, mask, gidx, start, n, BLOCK: tl.constexpr, THREADS: tl.constexpr,
     lanes = ll.lanes_init(THREADS)
     MIN: tl.constexpr = -0x7FFFFFFF - 1
     if XBITS == 16:
-        off = tl.arange(0, BLOCK)
-        u = radix_bits(x, 16).to(tl.int32)  # order-preserving, equal iff x equal (bfloat16)
-        k = tl.where(mask, ((u ^ 0x8000) << 16) | (0xFFFF - off), MIN)  # BLOCK <= 2**16
+        k = key16(x, mask, BLOCK)  # equal iff x equal (bfloat16) and the same column
         q = 0
         while q < n:
             best = tl.max(k, 0)
-            h = best & -65536  # ordered32(x)'s high half; its low half is all ones for
-            h = tl.where(h < 0, h | 0xFFFF, h)  # negative x (bfloat16), else zeros
-            j = start + (0xFFFF - (best & 0xFFFF))
-            word = (h.to(tl.int64) << 32) | (LOW - j.to(tl.int64))
-            lanes = ll.lane_word(lanes, q, tl.where(best == MIN, KEY_MIN, word), THREADS)
+            lanes = ll.lane_word(lanes, q, word16(best, start), THREADS)
             k = tl.where(k == best, MIN, k)
             q += 1
     else:  # the largest ordered x, then its lowest column
