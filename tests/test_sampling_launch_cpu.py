@@ -275,7 +275,7 @@ def test_scalar_filters_rows_are_cached_and_exact() -> None:
 
     from logits_gather.sampling.fused import cuts as topp
 
-    s = SimpleNamespace(device=torch.device("cpu"), capacity=8, filled={})
+    s = SimpleNamespace(device=torch.device("cpu"), capacity=8, filled={}, held=[])
     p = topp.filled(s, 0.9, 5, torch.float64)
     assert p.shape == (5, 1) and torch.equal(p, topp.rows(0.9, 5, torch.float64, s.device))
     again = topp.filled(s, 0.9, 3, torch.float64)
@@ -291,7 +291,35 @@ def test_scalar_filters_rows_are_cached_and_exact() -> None:
     assert pv.shape == (6,) and pv.dtype == torch.float64
     for i in range(3 * topp.FILLED_MOST):
         topp.filled(s, i / 1000, 2, torch.float32)
-    assert len(s.filled) <= topp.FILLED_MOST
+    assert len(s.filled) <= topp.FILLED_MOST and not s.held
+
+
+def test_captured_calls_hold_the_scalar_rows_they_read(monkeypatch) -> None:
+    """Under capture a scalar filter reads the rows an eager call cached, and the sampler
+    holds them for good, so the cache's evictions never free what a graph reads; with no
+    cached rows the captured call fills its own and caches nothing."""
+    from types import SimpleNamespace
+
+    from logits_gather.sampling.fused import cuts as topp
+
+    s = SimpleNamespace(device=torch.device("cpu"), capacity=8, filled={}, held=[])
+    monkeypatch.setattr(topp.ops, "capturing", lambda dev: True)
+    own = topp.filled(s, 0.7, 4, torch.float64)
+    assert torch.equal(own, torch.full((4, 1), 0.7, dtype=torch.float64))
+    assert not s.filled and not s.held
+    monkeypatch.setattr(topp.ops, "capturing", lambda dev: False)
+    eager = topp.filled(s, 0.7, 4, torch.float64)
+    monkeypatch.setattr(topp.ops, "capturing", lambda dev: True)
+    for m in (4, 8, 4):
+        got = topp.filled(s, 0.7, m, torch.float64)
+        assert got.data_ptr() == eager.data_ptr() and got.shape == (m, 1)
+    assert len(s.held) == 1 and s.held[0].data_ptr() == eager.data_ptr()
+    assert topp.filled(s, 0.7, 9, torch.float64).data_ptr() != eager.data_ptr()  # too few rows
+    monkeypatch.setattr(topp.ops, "capturing", lambda dev: False)
+    for i in range(3 * topp.FILLED_MOST):
+        topp.filled(s, i / 1000, 2, torch.float32)
+    assert (0.7, torch.float64) not in s.filled
+    assert torch.equal(s.held[0], torch.full((8, 1), 0.7, dtype=torch.float64))
 
 
 def test_row_parameters_reach_the_kernels_contiguous() -> None:

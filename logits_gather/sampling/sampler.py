@@ -78,6 +78,7 @@ class VocabParallelSampler:
         self._exchanges: dict[int, ops.Exchange] = {}
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
         self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (cuts.filled)
+        self.held: list[torch.Tensor] = []  # those rows that CUDA graphs read (cuts.filled)
         self._zeros: list[torch.Tensor] = []  # positions' zeros (_zero_positions)
         self.fused = None
         if fused and backend != "torch.distributed":

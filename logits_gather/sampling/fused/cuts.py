@@ -30,17 +30,27 @@ FILLED_MOST = 32
 
 def filled(sampler: Any, value: Any, m: int, dtype: torch.dtype) -> Any:
     """:func:`rows` for the fused kernels: None, an ``[M, 1]`` tensor as is, or a scalar
-    as ``[M, 1]`` rows of it. Eager calls take scalars' rows from a per-sampler cache (a
-    view: the kernels only read them), so that a scalar ``top_p`` or ``min_p`` costs no
-    fill kernel per call. Captured calls fill their own, as graphs must not read a cached
-    tensor that a later call may drop."""
+    as ``[M, 1]`` rows of it. Calls take scalars' rows from a per-sampler cache (a view:
+    the kernels only read them), so that a scalar ``top_p`` or ``min_p`` costs no fill
+    kernel per call. A captured call reads the cached rows when an eager call made them
+    (the warm-up before capture), and the sampler then holds them for good
+    (``sampler.held``), as a graph must not read a tensor that the cache later drops;
+    otherwise it fills its own rows in the graph. One H100, world size 1, V=151552, bf16
+    ``randn * 3`` logits, T=0.8, graph replay, µs at M = 1 / 4 / 16 / 64 / 256, rows filled
+    in the graph against cached: top_p=0.9 26.7 / 29.4 / 36.9 / 75.8 / 294.2 against 26.4 /
+    28.4 / 36.9 / 74.8 / 292.6; min_p=0.05 8.4 / 10.2 / 17.8 / 49.9 / 183.2 against 7.5 /
+    9.4 / 16.7 / 49.0 / 182.3."""
     if value is None or isinstance(value, torch.Tensor):
         return value
     dev = sampler.device
-    if ops.capturing(dev):
-        return rows(value, m, dtype, dev)
     key = (value, dtype)
     out = sampler.filled.get(key)
+    if ops.capturing(dev):
+        if out is None or out.shape[0] < m:
+            return rows(value, m, dtype, dev)
+        if not any(out is kept for kept in sampler.held):
+            sampler.held.append(out)
+        return out[:m]
     if out is None or out.shape[0] < m:
         if len(sampler.filled) >= FILLED_MOST:
             sampler.filled.clear()
