@@ -13,7 +13,8 @@ if command -v nvidia-cuda-mps-control >/dev/null && [ "${LOGITS_GATHER_NO_MPS:-0
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   nvidia-cuda-mps-control -d && started_mps=1 && echo "gpu-tests: started an MPS daemon"
 fi
+# Quit the daemon this script started however it ends, a time limit's SIGTERM included,
+# so that no later run meets a daemon left over from a killed one.
+trap 'if [ "$started_mps" = 1 ]; then echo quit | nvidia-cuda-mps-control; fi' EXIT
+trap 'exit 143' TERM INT
 python3 -m pytest -m gpu -v -rA "$@"
-rc=$?
-if [ "$started_mps" = 1 ]; then echo quit | nvidia-cuda-mps-control; fi
-exit $rc
