@@ -16,5 +16,6 @@ fi
 # Quit the daemon this script started however it ends, a time limit's SIGTERM included,
 # so that no later run meets a daemon left over from a killed one.
 trap 'if [ "$started_mps" = 1 ]; then echo quit | nvidia-cuda-mps-control; fi' EXIT
-trap 'exit 143' TERM INT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 python3 -m pytest -m gpu -v -rA "$@"

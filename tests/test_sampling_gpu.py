@@ -172,10 +172,11 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
     with torch.cuda.graph(graph):
         out = step()
     # The graph reads the scalar filters' rows that the eager step cached: the sampler must
-    # hold them after its cache drops them, or these NaN rows would take their memory.
+    # hold them after its cache drops them, or these NaN rows (alive until the replays end)
+    # would take their memory.
     sampler.filled.clear()
-    junk = [torch.full((64, 1), float("nan"), dtype=torch.float64, device=step.dev)
-            for _ in range(256)]  # fmt: skip
+    nan = torch.full((64, 1), float("nan"), dtype=torch.float64, device=step.dev)
+    _junk = [nan.clone() for _ in range(256)]
     replays = REPLAYS
     rng = random.Random(seed)
     for i in range(1, replays + 1):
@@ -186,7 +187,6 @@ def _graphs(rank: int, world: int, seed: int, placement: str, n: int) -> int:
         sampler.check()  # a wait that timed out in a replay gave up: fail here, not later
         step.check(out, f"replay {i}", captured=True)
     torch.cuda.synchronize()
-    del junk
     return replays
 
 
