@@ -22,8 +22,11 @@ class _Compiled:
 class _Kernel:
     """Stands in for a Triton JITFunction: records compiles, loads and launches."""
 
+    arg_names = ("x", "y", "K", "PDL")
+
     def __init__(self, name: str, log: list) -> None:
         self.name, self.log = name, log
+        self.__name__ = name
 
     def warmup(self, *args, grid, num_warps, **consts):
         self.log.append(("compile", self.name, grid, num_warps, consts))
@@ -74,6 +77,17 @@ def test_barrier_after_load_before_first_launch() -> None:
     a.warmup = broken  # a failed compile still reaches the barrier (peers wait in it)
     launch(a, (4, 3), (0,), {"K": 3}, 4)
     assert log == ["barrier", ("launch", "a", (4, 3), (0,))]
+
+
+def test_a_constexpr_the_kernel_lacks_is_an_error() -> None:
+    """A launch naming a constexpr that the kernel does not declare raises before
+    compiling, naming the kernel and the names (the interpreter would ignore them)."""
+    from logits_gather.sampling.fused.launch import Launcher
+
+    log: list = []
+    with pytest.raises(TypeError, match=r"a has no parameters \['PAIRS', 'Q'\]"):
+        Launcher(None)(_Kernel("a", log), (4, 3), (0,), {"K": 1, "Q": 2, "PAIRS": True}, 4)
+    assert log == []
 
 
 # A poll loop's header as ptxas sees it: the readiness test decided by one warp alone
@@ -196,6 +210,8 @@ class _Run:
 
 class _Bindable:
     """A JITFunction stand-in whose launch returns a compiled kernel with a C launcher."""
+
+    arg_names = ("a", "b", "c", "d", "K", "PDL")
 
     def __init__(self, log: list) -> None:
         self.compiled = type("CK", (), {})()

@@ -297,6 +297,9 @@ class Launcher:
                     exc_info=True,
                 )
                 self._jit_only = True
+        unknown = sorted(set(consts) - set(fn.arg_names))
+        if unknown:  # the interpreter would ignore them
+            raise TypeError(f"{fn.__name__} has no parameters {unknown}")
         if self._barrier is not None:
             self._load(fn, grid, args, consts, warps)
         options = {"launch_pdl": True} if self.pdl else {}
