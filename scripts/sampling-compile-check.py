@@ -64,9 +64,9 @@ def variants():
     local = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256}
     for dt in ("bf16", "fp32"):
         x, bits = f"*{dt}", 16 if dt == "bf16" else 32
-        yield "greedy_local", K.greedy_local, x, dict(local, XBITS=bits), 8
+        yield "greedy_local", K.greedy_local, x, dict(local, XBITS=bits, PAIRS=bits == 16), 8
         yield "sample_local", K.sample_local, x, local, 8
-        yield "topk_probe G=8", T.topk_probe, x, dict(local, G=8), 8
+        yield "topk_probe G=8", T.topk_probe, x, dict(local, G=8, PAIRS=bits == 16), 8
         for kp in (2, 64):
             yield f"topk_local KP={kp}", T.topk_local, x, dict(local, KP=kp), 8
             for rowk in (False, True):
@@ -125,9 +125,9 @@ def variants():
     yield "topk_final small", T.topk_final, None, tf, 8
     yield "logprobs_final small", F.logprobs_final, None, dict(final, CAND=8, NP=8, THREADS=128), 4
     one = {"BLOCK": 4096, "WORLD": 2, "THREADS": 256, "CAND": 8, "TRAP": True}
-    yield "greedy_one small", F.greedy_one, "*bf16", dict(one, KEY=False, XBITS=16), 8
+    yield "greedy_one small", F.greedy_one, "*bf16", dict(one, KEY=False, XBITS=16, PAIRS=True), 8
     yield "logprobs_one small", F.logprobs_one, "*bf16", dict(one, NP=0, XBITS=16), 8
-    probe = dict(one, G=8, ROWK=True, BITS=16, THREADS=64)  # the plan's probe_one there
+    probe = dict(one, G=8, ROWK=True, BITS=16, THREADS=64, PAIRS=True)  # the plan's probe_one there
     yield "probe_one small", T.probe_one, "*bf16", probe, 2
     tk = dict(one, KP=2, BITS=16, ROWK=True, SP=2, TOPP=1, MINP=1, THREADS=32, PLAIN=False)
     yield "topk_one small", T.topk_one, "*bf16", tk, 1
@@ -136,15 +136,21 @@ def variants():
 def _ones(x: str, bits: int, one: dict):
     """The one-launch variants (kernels/finals.py) over ``one``'s constants."""
     tag = ""
-    yield f"greedy_one{tag}", F.greedy_one, x, dict(one, KEY=False, XBITS=bits), 8
-    yield f"greedy_one KEY{tag}", F.greedy_one, x, dict(one, KEY=True, XBITS=bits), 8
+    yield f"greedy_one{tag}", F.greedy_one, x, dict(one, KEY=False, XBITS=bits, PAIRS=bits == 16), 8
+    yield (
+        f"greedy_one KEY{tag}",
+        F.greedy_one,
+        x,
+        dict(one, KEY=True, XBITS=bits, PAIRS=bits == 16),
+        8,
+    )
     one_narrow = dict(one, BLOCK=2048, THREADS=128, CAND=128)
     yield f"sample_one{tag}", F.sample_one, x, one_narrow, 4
     yield f"logprobs_one NP=0{tag}", F.logprobs_one, x, dict(one, NP=0, XBITS=bits), 8
     yield f"logprobs_one NP=8{tag}", F.logprobs_one, x, dict(one_narrow, NP=8, XBITS=bits), 4
     yield f"minp_one{tag}", F.minp_one, x, one_narrow, 4
     for rowk in (False, True):  # one launch, tp=2's top_k=50 plan
-        probe = dict(one, G=8, ROWK=rowk, BITS=bits)
+        probe = dict(one, G=8, ROWK=rowk, BITS=bits, PAIRS=bits == 16)
         yield f"probe_one G=8 ROWK={rowk}{tag}", T.probe_one, x, probe, 8
         for topp, minp in ((0, 0), (1, 1)):
             tk = dict(one, KP=64, BITS=bits, ROWK=rowk, SP=32, TOPP=topp, MINP=minp, PLAIN=False)

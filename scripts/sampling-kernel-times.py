@@ -83,9 +83,9 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     out["top_p=0.9 rows undecided"] = float((tok < 0).sum())
     nucleus = {"SLOTS": f.nucleus_slots, "MINP": False, "ROWK": False}
     locals_ = {
-        "greedy": (writers.greedy_local, (), "greedy", 0, (), {"XBITS": 16}),
+        "greedy": (writers.greedy_local, (), "greedy", 0, (), {"XBITS": 16, "PAIRS": True}),
         "sample": (writers.sample_local, (t, seed), "sample", 0, (), {}),
-        "topk_probe G=8": (topk.topk_probe, (), "probe", 8, (), {"G": 8}),
+        "topk_probe G=8": (topk.topk_probe, (), "probe", 8, (), {"G": 8, "PAIRS": True}),
         "logprobs": (writers.logprobs_local, (ids,), "logprobs", 0, (0,), {"NP": 0, "XBITS": 16}),
         "logprobs_n5": (
             writers.logprobs_local,
@@ -107,7 +107,8 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
 
     def topk_round1(k: int = 50) -> torch.Tensor:  # as Fused.sample: the probe and the reduce
         plan = f.wide.topk(k)
-        mb = f.local(topk.topk_probe, x, (), "probe", plan.g, (), {"G": plan.g}, plan.probe)
+        probe = {"G": plan.g, "PAIRS": True}  # x is bfloat16, its rows 4-byte aligned
+        mb = f.local(topk.topk_probe, x, (), "probe", plan.g, (), probe, plan.probe)
         gbest, low = f.empty(x), f.empty(x, torch.int32)
         consts = {"G": plan.g, "ROWK": False, "BITS": 16}  # x is bfloat16
         f.final(topk.topk_reduce, m, mb, (t, gbest, low, f.wide.c, k), consts, plan.reduce)

@@ -57,6 +57,12 @@ def xbits(dtype: torch.dtype) -> int:
     return 16 if dtype == torch.bfloat16 else 32
 
 
+def pairs(x: torch.Tensor) -> bool:
+    """Whether greedy's writers read ``x`` (columns contiguous) as bfloat16 pairs
+    (:func:`..kernels.keys.best_key_pairs`): bfloat16 rows that all start 4-byte aligned."""
+    return x.dtype == torch.bfloat16 and x.data_ptr() % 4 == 0 and x.stride(0) % 2 == 0
+
+
 def pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 

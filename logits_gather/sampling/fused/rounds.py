@@ -38,6 +38,7 @@ from .launch import (
     Geometry,
     Launcher,
     idle_programs,
+    pairs,
     pow2,
     room,
     select_warps,
@@ -200,7 +201,8 @@ class Fused:
 
     def greedy(self, shard: torch.Tensor, key: bool = False) -> torch.Tensor:
         """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
-        bits = {"XBITS": xbits(shard.dtype)}
+        shard = shard if shard.stride(1) == 1 else shard.contiguous()
+        bits = {"XBITS": xbits(shard.dtype), "PAIRS": pairs(shard)}
         if self.one_wanted(shard):
             out = self.empty(shard)
             self.one(finals.greedy_one, shard, "greedy", (out,), (self.wide.c,),
@@ -288,12 +290,15 @@ class Fused:
         free, n = ((k,), ()) if per_row else ((), (k,))
         one = self.one_wanted(shard)  # one launch per round
         warps = plan.probe_one if one else 0
-        consts = {"G": g, "ROWK": per_row, "BITS": xbits(shard.dtype)}
+        shard = shard if shard.stride(1) == 1 else shard.contiguous()
+        pair = {"PAIRS": pairs(shard)}
+        consts = {"G": g, "ROWK": per_row, "BITS": xbits(shard.dtype), **pair}
         if warps:
             fn = topk.probe_one
             self.one(fn, shard, "probe", (t, gbest, low, *free), (c,), consts, g, n, warps=warps)
         else:
-            mb = self.local(topk.topk_probe, shard, (), "probe", g, (), {"G": g}, plan.probe)
+            probe = topk.topk_probe
+            mb = self.local(probe, shard, (), "probe", g, (), {"G": g, **pair}, plan.probe)
             self.final(topk.topk_reduce, m, mb, (t, gbest, low, c, k), consts, plan.reduce)
         mb = self.box(self.words("sample_k", kp), m)
         if mb.flags is None:  # lives with its mailbox: graphs captured with it keep both

@@ -182,13 +182,13 @@ def greedy_one(
     x_ptr, x_stride, out_ptr, peers, box, epoch, arrivals, pstride, relems, own, N, col0,
     status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     CAND: tl.constexpr, KEY: tl.constexpr, TRAP: tl.constexpr, XBITS: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PAIRS: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """:func:`.writers.greedy_local` then :func:`.finals.greedy_final` in one launch."""
     ll.enter(PDL)
     row, split = place()
     greedy_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
-                 BLOCK, WORLD, THREADS, XBITS)  # fmt: skip
+                 BLOCK, WORLD, THREADS, XBITS, PAIRS)  # fmt: skip
     if last_arrival(arrivals, row):
         greedy_row(box, epoch, pstride, relems, status, timeout_us, row, out_ptr, C, CAND, KEY,
                    THREADS, TRAP)  # fmt: skip

@@ -28,6 +28,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from .ll import HW
+
 KEY_MIN: tl.constexpr = tl.constexpr(-(1 << 63))
 LOW: tl.constexpr = tl.constexpr(0xFFFFFFFF)
 C1: tl.constexpr = tl.constexpr(0xCC9E2D51)
@@ -122,6 +124,97 @@ def best_key16(x, start, valid, BLOCK: tl.constexpr):
     registers against 32): writer 1.6 / 2.9 / 7.7 / 32.2 us at M = 1 / 16 / 64 / 256
     against 1.7 / 3.6 / 7.9 / 31.7, greedy at M=256 34.7 against 33.7, so not kept."""
     return word16(tl.max(key16(x, valid, BLOCK), 0), start)
+
+
+@triton.jit
+def _low(w):
+    """The fp32 value of the low bfloat16 half of int32 words ``w``."""
+    return (w << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _high(w):
+    """The fp32 value of the high bfloat16 half of int32 words ``w``."""
+    return (w & -65536).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pair_max(a, b):
+    """Half by half, the NaN-propagating max of bfloat16 pairs ``a``, ``b`` (int32 words):
+    one ``max.NaN.bf16x2`` (the interpreter: the same in fp32)."""
+    if HW:
+        return tl.inline_asm_elementwise(
+            "max.NaN.bf16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.int32, is_pure=True, pack=1
+        )
+    else:
+        lo = _max_nan(_low(a), _low(b)).to(tl.int32, bitcast=True)
+        hi = _max_nan(_high(a), _high(b)).to(tl.int32, bitcast=True)
+        return (hi & -65536) | ((lo >> 16) & 0xFFFF)
+
+
+@triton.jit
+def _pair_hit(w, m, k, BLOCK: tl.constexpr):
+    """Per word ``k`` of ``w`` (bfloat16 pairs): ``2k`` if its low half equals ``m`` (a
+    bfloat16 value in fp32, not NaN), else ``2k + 1`` if its high half does, else ``BLOCK``;
+    one ``setp.eq.bf16x2`` and two selects (``-0.0`` equals ``+0.0``)."""
+    if HW:
+        mb = m.to(tl.int32, bitcast=True) >> 16
+        mm = (mb & 0xFFFF) | (mb << 16)
+        return tl.inline_asm_elementwise(
+            "{ .reg .pred p, q; .reg .b32 t; setp.eq.bf16x2 p|q, $1, $2; "
+            "selp.b32 t, $4, $5, q; selp.b32 $0, $3, t, p; }",
+            "=r,r,r,r,r,r",
+            [w, mm + tl.zeros_like(w), 2 * k, 2 * k + 1, tl.full(w.shape, BLOCK, tl.int32)],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        return tl.where(_low(w) == m, 2 * k, tl.where(_high(w) == m, 2 * k + 1, BLOCK))
+
+
+@triton.jit
+def load_pairs(p, BLOCK: tl.constexpr):
+    """``BLOCK`` bfloat16 values at ``p`` (4-byte aligned) as ``BLOCK / 2`` int32 words."""
+    return tl.load(p.to(tl.pointer_type(tl.int32)) + tl.arange(0, BLOCK // 2))
+
+
+@triton.jit
+def pair_value(w):
+    """The NaN-propagating max of the two halves of each word ``w``, as fp32."""
+    return _max_nan(_low(w), _high(w))
+
+
+@triton.jit
+def key_of_pairs(w, m, start, BLOCK: tl.constexpr):
+    """``key(m, start + j)``, ``j`` the lowest column of the words ``w`` (:func:`load_pairs`)
+    whose value is their maximum ``m`` (fp32): one ``setp.eq.bf16x2`` per word, or for a
+    NaN ``m`` the lowest NaN (the fp32 branch)."""
+    k = tl.arange(0, BLOCK // 2)
+    if m != m:
+        lo = tl.min(tl.where(_low(w) != _low(w), 2 * k, BLOCK), 0)
+        j = tl.minimum(lo, tl.min(tl.where(_high(w) != _high(w), 2 * k + 1, BLOCK), 0))
+    else:
+        j = tl.min(_pair_hit(w, m, k, BLOCK), 0)
+    return key(m, start + j)
+
+
+@triton.jit
+def best_key_pairs(p, start, BLOCK: tl.constexpr):
+    """:func:`best_key` of ``BLOCK`` bfloat16 values at ``p`` (4-byte aligned) in columns
+    ``start + 0 .. BLOCK - 1``, all valid, read as int32 words and never converted: a
+    ``max.NaN.bf16x2`` reduction, then :func:`key_of_pairs`."""
+    w = load_pairs(p, BLOCK)
+    return key_of_pairs(w, pair_value(tl.reduce(w, 0, _pair_max)), start, BLOCK)
+
+
+@triton.jit
+def group_tops_pairs(p, start, G: tl.constexpr, BLOCK: tl.constexpr):
+    """``(ordered32 of the largest x of each of G column groups, best_key)`` of ``BLOCK``
+    bfloat16 values at ``p`` (4-byte aligned) in columns ``start + 0 ..``, all valid."""
+    w = load_pairs(p, BLOCK)
+    tops = pair_value(tl.reduce(tl.reshape(w, [G, BLOCK // 2 // G]), 1, _pair_max))
+    return ordered32(tops), key_of_pairs(w, tl.reduce(tops, 0, _max_nan), start, BLOCK)
 
 
 @triton.jit

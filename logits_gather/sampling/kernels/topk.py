@@ -50,6 +50,7 @@ from .keys import (
     LOW,
     decode_keys,
     divisor,
+    group_tops_pairs,
     index,
     key,
     key_at,
@@ -71,7 +72,7 @@ from .keys import (
     value,
 )
 from .ll import gathered, last_arrival, place, row_box, row_target
-from .writers import full, load_at, load_row, minp_write, sample_write
+from .writers import full, full_at, load_at, load_row, minp_write, sample_write
 
 KMAX: tl.constexpr = tl.constexpr(64)  # the largest k the candidates serve (MAX_CANDIDATES)
 
@@ -80,30 +81,45 @@ KMAX: tl.constexpr = tl.constexpr(64)  # the largest k the candidates serve (MAX
 def topk_probe(
     x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PAIRS: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Round 1: [greedy key, ``ordered32(x) << 32`` of the largest x of each of ``G``
-    column groups]."""
+    column groups]. ``PAIRS``: full splits read bfloat16 pairs (greedy's ``PAIRS``)."""
     ll.enter(PDL)
     probe_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, peers, epoch,
-                pstride, relems, own, N, col0, BLOCK, G, WORLD, THREADS)  # fmt: skip
+                pstride, relems, own, N, col0, BLOCK, G, WORLD, THREADS, PAIRS)  # fmt: skip
 
 
 @triton.jit
 def probe_write(
     row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, G: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):  # fmt: skip
     """:func:`topk_probe`'s work for split ``split`` of row ``row``."""
-    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
-    h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
-    tops = tl.max(tl.reshape(h, [G, BLOCK // G]), 1)
+    if PAIRS:
+        if full_at(split, N, BLOCK):
+            start = split * BLOCK
+            tops, best = group_tops_pairs(x_ptr + row * x_stride + start, start + col0, G, BLOCK)
+        else:
+            tops, best = _group_tops(row, split, x_ptr, x_stride, N, col0, BLOCK, G)
+    else:
+        tops, best = _group_tops(row, split, x_ptr, x_stride, N, col0, BLOCK, G)
     i = tl.arange(0, THREADS)
     word = tl.gather(tops, tl.minimum(tl.maximum(i // 2 - 1, 0), G - 1), 0).to(tl.int64)
     lanes = tl.where(i % 2 == 0, 0, word)  # low half 0, high half the ordered x
-    lanes = ll.lane_word(lanes, 0, key_at(h, gidx, tl.max(tops, 0))[0], THREADS)
+    lanes = ll.lane_word(lanes, 0, best, THREADS)
     ep, off = row_target(epoch, pstride, relems, row)
     ll.put_lanes(peers, off, own + split * (1 + G), lanes, 1 + G, ep, WORLD, THREADS)
+
+
+@triton.jit
+def _group_tops(row, split, x_ptr, x_stride, N, col0, BLOCK: tl.constexpr, G: tl.constexpr):
+    """:func:`.keys.group_tops_pairs` of any split, from fp32 keys."""
+    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK)
+    h = tl.where(mask, ordered32(x), -0x7FFFFFFF - 1)
+    tops = tl.max(tl.reshape(h, [G, BLOCK // G]), 1)
+    return tops, key_at(h, gidx, tl.max(tops, 0))[0]
 
 
 @triton.jit(do_not_specialize=["M", "k"])
@@ -159,13 +175,13 @@ def probe_one(
     x_ptr, x_stride, t_ptr, gbest_ptr, low_ptr, k, peers, box, epoch, arrivals, pstride,
     relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, G: tl.constexpr,
     ROWK: tl.constexpr, BITS: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
-    CAND: tl.constexpr, TRAP: tl.constexpr, PDL: tl.constexpr = False,
+    CAND: tl.constexpr, TRAP: tl.constexpr, PAIRS: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """:func:`.writers.topk_probe` then :func:`.finals.topk_reduce` in one launch."""
+    """:func:`topk_probe` then :func:`topk_reduce` in one launch."""
     ll.enter(PDL)
     row, split = place()
     probe_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0, BLOCK,
-                G, WORLD, THREADS)  # fmt: skip
+                G, WORLD, THREADS, PAIRS)  # fmt: skip
     if last_arrival(arrivals, row):
         reduce_row(box, epoch, pstride, relems, status, timeout_us, row, t_ptr, gbest_ptr,
                    low_ptr, C, k, CAND, G, ROWK, BITS, THREADS, TRAP)  # fmt: skip

@@ -29,6 +29,7 @@ from .keys import (
     argmax_key,
     best_key,
     best_key16,
+    best_key_pairs,
     divisor,
     key16,
     key_at,
@@ -85,42 +86,50 @@ def load_at(x_ptr, x_stride, N, col0, row, split, BLOCK: tl.constexpr, FULL: tl.
 def greedy_local(
     x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, XBITS: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PAIRS: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     ll.enter(PDL)
     greedy_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, peers,
-                 epoch, pstride, relems, own, N, col0, BLOCK, WORLD, THREADS, XBITS)  # fmt: skip
+                 epoch, pstride, relems, own, N, col0, BLOCK, WORLD, THREADS, XBITS,
+                 PAIRS)  # fmt: skip
 
 
 @triton.jit
 def greedy_write(
     row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, XBITS: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):  # fmt: skip
     """:func:`greedy_local`'s work for split ``split`` of row ``row`` (int64), a full split
     or a row's last."""
     if full_at(split, N, BLOCK):
         _greedy_local(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
-                      BLOCK, WORLD, THREADS, True, XBITS)  # fmt: skip
+                      BLOCK, WORLD, THREADS, True, XBITS, PAIRS)  # fmt: skip
     else:
         _greedy_local(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
-                      BLOCK, WORLD, THREADS, False, XBITS)  # fmt: skip
+                      BLOCK, WORLD, THREADS, False, XBITS, False)  # fmt: skip
 
 
 @triton.jit
 def _greedy_local(
     row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
     BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr, FULL: tl.constexpr,
-    XBITS: tl.constexpr,
+    XBITS: tl.constexpr, PAIRS: tl.constexpr,
 ):  # fmt: skip
     """The row's epoch is loaded before the split: its load then overlaps the split's.
-    ``XBITS`` 16: bfloat16 inputs (:func:`.keys.best_key16`)."""
+    ``XBITS`` 16: bfloat16 inputs (:func:`.keys.best_key16`); ``PAIRS``: a full split of
+    bfloat16 rows that start 4-byte aligned, read as bfloat16 pairs
+    (:func:`.keys.best_key_pairs`)."""
     ep, off = row_target(epoch, pstride, relems, row)
-    row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
-    if XBITS == 16:
-        best = best_key16(x, split * BLOCK + col0, mask, BLOCK)
+    if PAIRS:
+        start = split * BLOCK
+        best = best_key_pairs(x_ptr + row * x_stride + start, start + col0, BLOCK)
     else:
-        best = best_key(x, gidx, mask)
+        row, cols, mask, x, gidx = load_at(x_ptr, x_stride, N, col0, row, split, BLOCK, FULL)
+        if XBITS == 16:
+            best = best_key16(x, split * BLOCK + col0, mask, BLOCK)
+        else:
+            best = best_key(x, gidx, mask)
     ll.put_few(peers, off, own + split, best, best, ep, 1, WORLD, THREADS)
 
 
