@@ -436,3 +436,17 @@ def test_every_launched_kernel_enters_through_pdl_wait() -> None:
             first = ast.unparse(body[0])
             assert first == "ll.enter(PDL)", f"{where} starts with {first!r}"
     assert entries >= 24
+
+
+def test_pairs_only_where_every_row_starts_4_byte_aligned() -> None:
+    """Greedy's and top-k's probe writers load int32 words of bfloat16 pairs only where
+    every row of the shard starts 4-byte aligned: a misaligned word load faults."""
+    from logits_gather.sampling.fused.launch import pairs
+
+    x = torch.randn(4, 10).to(torch.bfloat16)
+    assert pairs(x)
+    assert not pairs(x[:, 1:9])  # every row 2 bytes past a word
+    assert pairs(x[:, 2:10])  # stride 10, rows start 4 bytes in
+    assert not pairs(torch.randn(4, 11).to(torch.bfloat16))  # odd stride: odd rows misaligned
+    assert not pairs(torch.randn(4, 10))  # float32: no pairs
+    assert not pairs(torch.randn(4, 10).half())

@@ -292,10 +292,10 @@ class Fused:
         warps = plan.probe_one if one else 0
         shard = shard if shard.stride(1) == 1 else shard.contiguous()
         pair = {"PAIRS": pairs(shard)}
-        consts = {"G": g, "ROWK": per_row, "BITS": xbits(shard.dtype), **pair}
+        consts = {"G": g, "ROWK": per_row, "BITS": xbits(shard.dtype)}
         if warps:
-            fn = topk.probe_one
-            self.one(fn, shard, "probe", (t, gbest, low, *free), (c,), consts, g, n, warps=warps)
+            fn, args = topk.probe_one, (t, gbest, low, *free)
+            self.one(fn, shard, "probe", args, (c,), consts | pair, g, n, warps=warps)
         else:
             probe = topk.topk_probe
             mb = self.local(probe, shard, (), "probe", g, (), {"G": g, **pair}, plan.probe)
