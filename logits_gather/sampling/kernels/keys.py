@@ -203,7 +203,18 @@ def key_of_pairs(w, m, start, BLOCK: tl.constexpr):
 def best_key_pairs(p, start, BLOCK: tl.constexpr):
     """:func:`best_key` of ``BLOCK`` bfloat16 values at ``p`` (4-byte aligned) in columns
     ``start + 0 .. BLOCK - 1``, all valid, read as int32 words and never converted: a
-    ``max.NaN.bf16x2`` reduction, then :func:`key_of_pairs`."""
+    ``max.NaN.bf16x2`` reduction, then :func:`key_of_pairs`.
+
+    Why: greedy took as long on an H200 as on an H100 (32.9 and 33.8 us at M=256), whose
+    HBM is about 30% slower, so :func:`best_key16`'s integer work bound it, not the read;
+    compiled for sm_90, key16 runs 177 instructions per thread before the first barrier
+    (16 elements), this about 4 for the max plus 45 for the hit pass. Measured on one H100,
+    world size 1, V=151552, graph replay, µs at M = 1 / 16 / 64 / 256, greedy's writer
+    alone: key16 1.6 / 3.7 / 8.8 / 35.2, pairs 1.7 / 2.8 / 5.4 / 27.1, a float max with no
+    index (wrong ids, the floor) 1.5 / 2.2 / 4.4 / 26.6. In the benchmark (graph replay,
+    the same H100, runs pairs / key16 / pairs): greedy at M=256 28.9 / 33.8 / 28.9 and at
+    M=64 7.2 / 9.8 / 7.2; top_k=50 (whose probe reads pairs, :func:`group_tops_pairs`) at
+    M=256 165.8 / 172.1 / 165.7; no op slower by more than 0.1."""
     w = load_pairs(p, BLOCK)
     return key_of_pairs(w, pair_value(tl.reduce(w, 0, _pair_max)), start, BLOCK)
 
