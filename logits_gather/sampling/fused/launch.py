@@ -59,6 +59,13 @@ def xbits(dtype: torch.dtype) -> int:
     return 16 if dtype == torch.bfloat16 else 32
 
 
+def dense(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with unit column stride, as every writer reads it (copied only if needed).
+    Callers that branch on :func:`pairs` take this first, so that it judges the tensor
+    the writers will read."""
+    return x if x.stride(1) == 1 else x.contiguous()
+
+
 def pairs(x: torch.Tensor) -> bool:
     """Whether greedy's writers read ``x`` (columns contiguous) as bfloat16 pairs
     (:func:`..kernels.keys.best_key_pairs`): bfloat16 rows that all start 4-byte aligned."""

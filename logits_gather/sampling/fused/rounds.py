@@ -37,6 +37,7 @@ from .launch import (
     WIDE,
     Geometry,
     Launcher,
+    dense,
     idle_programs,
     pairs,
     pow2,
@@ -135,7 +136,7 @@ class Fused:
         geo = self.geometry(op, room)
         words = self.words(op, room)
         mb = self.box(words, shard.shape[0])
-        x = shard if shard.stride(1) == 1 else shard.contiguous()
+        x = dense(shard)
         args = (x, x.stride(0), *head, mb.peers, mb.epoch, mb.parity_stride, mb.row_elems)
         args += (self.rank * words, *tail, self.columns, self.col0)
         warps = warps or geo.warps
@@ -174,7 +175,7 @@ class Fused:
         Triton specialises in the free arguments."""
         mb = self.box(self.words(op, room), shard.shape[0])
         mb.check()
-        x = shard if shard.stride(1) == 1 else shard.contiguous()
+        x = dense(shard)
         xp, xs = x.data_ptr(), x.stride(0)
         args = [xp, xs]
         key = [id(fn), x.dtype, xp & 15, xs, programs, warps, *consts.values()]
@@ -201,7 +202,7 @@ class Fused:
 
     def greedy(self, shard: torch.Tensor, key: bool = False) -> torch.Tensor:
         """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
-        shard = shard if shard.stride(1) == 1 else shard.contiguous()
+        shard = dense(shard)
         bits = {"XBITS": xbits(shard.dtype), "PAIRS": pairs(shard)}
         if self.one_wanted(shard):
             out = self.empty(shard)
@@ -290,7 +291,7 @@ class Fused:
         free, n = ((k,), ()) if per_row else ((), (k,))
         one = self.one_wanted(shard)  # one launch per round
         warps = plan.probe_one if one else 0
-        shard = shard if shard.stride(1) == 1 else shard.contiguous()
+        shard = dense(shard)
         pair = {"PAIRS": pairs(shard)}
         consts = {"G": g, "ROWK": per_row, "BITS": xbits(shard.dtype)}
         if warps:
@@ -438,7 +439,7 @@ class Fused:
         words = grid[1] * rest.WORDS.value
         mb = self.box(words, shard.shape[0])
         mb.check()
-        x = shard if shard.stride(1) == 1 else shard.contiguous()
+        x = dense(shard)
         args = (x, x.stride(0), *head, mb.peers, mb.data, mb.epoch, mb.parity_stride)
         args += (mb.row_elems, mb.status_ptr, mb.dead, mb.timeout_us, self.rank * words)
         args += (shard.shape[0], self.columns, self.col0, self.columns * self.world)
