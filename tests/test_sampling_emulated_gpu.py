@@ -177,7 +177,10 @@ def _iteration(
         if warm:
             ranks.warm(call)
             continue
-        outs = ranks.run(call, (rng.randrange(ranks.world), rng.randrange(0, 200_000)))
+        try:
+            outs = ranks.run(call, (rng.randrange(ranks.world), rng.randrange(0, 200_000)))
+        except AssertionError as e:
+            raise AssertionError(f"{where} {name}: {e}") from None
         if name.startswith("top_n"):
             _logprobs_ok(ranks, outs, want, f"{where} {name}")
         elif name.startswith("top_p"):
