@@ -27,6 +27,7 @@ from . import checks
 from .exact import filters, ops
 from .exact.filters import MAX_CANDIDATES
 from .fused import cuts, mailbox, policy
+from .fused.launch import dense
 from .reference import Logprobs
 
 
@@ -138,7 +139,7 @@ class VocabParallelSampler:
         """Global argmax ``[M]`` (int64), exactly ``torch.argmax`` of the gathered rows."""
         m = self.rows(shard)
         if self.fused is not None:
-            return self.fused.greedy(shard)
+            return self.fused.greedy(dense(shard))
         ex = self.exchange_for(ops.GREEDY_WIDTH, m)
         ops.pack_greedy(shard, ex.payload[:m])
         return ops.combine_greedy(ex.send(m), shard.dtype, self.columns)
@@ -174,6 +175,7 @@ class VocabParallelSampler:
         p = None if isinstance(p, float) and p >= 1.0 else p
         mp = None if isinstance(mp, float) and mp <= 0.0 else mp
         if fused is not None:
+            shard = dense(shard)  # once: every round's writers read it
             rows = (seeds, positions)
             if k is None and p is None and mp is None:
                 return fused.sample(shard, t.view(m), rows)
@@ -202,7 +204,7 @@ class VocabParallelSampler:
     def logprobs_rows(self, shard: torch.Tensor, ids: torch.Tensor, n: int) -> Logprobs:
         m = shard.shape[0]
         if self.fused is not None:
-            return Logprobs(*self.fused.logprobs(shard, ids, n))
+            return Logprobs(*self.fused.logprobs(dense(shard), ids, n))
         room = ops.slots(n, checks.MAX_TOP_N)
         ex = self.exchange_for(ops.logprobs_width(room), m)
         local = ids - self.rank * self.columns
