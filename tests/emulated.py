@@ -3,8 +3,9 @@
 Each emulated rank has its own :class:`~logits_gather.sampling.fused.rounds.Fused` and its
 own copy of every mailbox; every copy's peer table lists all ranks' copies, so the
 real kernels run the real exchange. On a GPU each rank launches on its own CUDA
-stream: a rank's waiting kernel spins while the other ranks' writers run, as it
-does across processes, and its grid is bounded so the writers always find room.
+stream, from its own thread, the ranks in step (:meth:`Ranks.run`): a rank's waiting
+kernel spins while the other ranks' writers run, as it does across processes, and its
+grid is bounded so the writers always find room.
 What this leaves out: processes, symmetric memory and NVLink (every copy is on one
 GPU). What it adds: thousands of calls in seconds, at any tp's geometry, on one GPU.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +66,7 @@ class Ranks:
         self.world, self.columns, self.capacity, self.device = world, columns, capacity, device
         self.timeout_s = timeout_s
         self._boxes: dict[int, list[Box]] = {}
+        self._making = threading.Lock()  # rank threads (run) may ask for a new size at once
         half = 0
         if device.type == "cuda":  # half the SMs wait, the rest write
             sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -99,20 +102,25 @@ class Ranks:
     def _box_for(self, rank: int) -> Callable[[int, int], Box]:
         def box(words: int, rows: int) -> Box:
             assert rows <= self.capacity, (rows, self.capacity)
-            if words not in self._boxes:
-                made = [
-                    Box(words * self.world, self.capacity, self.device, self.timeout_s)
-                    for _ in range(self.world)
-                ]
-                table = torch.tensor(
-                    [b.data.data_ptr() for b in made], dtype=torch.int64, device=self.device
-                )
-                for b in made:
-                    b.peers = table
-                self._boxes[words] = made
-            return self._boxes[words][rank]
+            with self._making:  # every rank's copies at once, the first time
+                if words not in self._boxes:
+                    self._boxes[words] = self._make(words)
+                return self._boxes[words][rank]
 
         return box
+
+    def _make(self, words: int) -> list[Box]:
+        """Every rank's copy of a mailbox of ``words`` words per rank, sharing a peer table."""
+        made = [
+            Box(words * self.world, self.capacity, self.device, self.timeout_s)
+            for _ in range(self.world)
+        ]
+        table = torch.tensor(
+            [b.data.data_ptr() for b in made], dtype=torch.int64, device=self.device
+        )
+        for b in made:
+            b.peers = table
+        return made
 
     def diverged(self) -> list[str]:
         """Where the ranks' copies disagree once no kernel runs: every use of a row writes
@@ -184,18 +192,27 @@ class Ranks:
         """``call(fused, rank)`` for every rank, each on its own stream; ``delay``:
         ``(rank, cycles)`` puts that rank's stream to sleep first. Waits for all.
         ``after`` (:meth:`_warm`): ``(turn, rank, launch, stream)`` entries that the calls
-        add, launched after them in that order."""
+        add, launched after them in that order.
+
+        Without ``after``, each rank's call runs in its own thread, and the ranks submit
+        their work in phases: a phase ends with a waiting launch (``final``, ``one``,
+        ``rest``), and no rank submits phase p + 1 before every rank submitted phase p.
+        CUDA maps streams onto a limited number of hardware queues (under MPS every
+        client's streams share one pool), and a queued launch that waits for its own
+        stream blocks every launch behind it in its queue. Submitted rank after rank, rank
+        A's round-2 writer (waiting for A's spinning round-1 reader) could block rank B's
+        round-1 writer that the reader needs. In phases, everything a waiting kernel needs
+        is queued before anything that waits for it, on any number of queues."""
         main = torch.cuda.current_stream(self.device)
-        outs = []
-        for r, (f, stream) in enumerate(zip(self.fused, self.streams, strict=True)):
+        for stream in self.streams:
             stream.wait_stream(main)
-            with torch.cuda.stream(stream):
-                if delay is not None and delay[0] == r:
-                    torch.cuda._sleep(delay[1])
-                outs.append(call(f, r))
-        for _, _, go, stream in sorted(after or ()):
-            with torch.cuda.stream(stream):
-                go()
+        if after is not None:
+            outs = [self._submit(call, r, delay) for r in range(self.world)]
+            for _, _, go, stream in sorted(after):
+                with torch.cuda.stream(stream):
+                    go()
+        else:
+            outs = self._in_phases(call, delay)
         for stream in self.streams:
             main.wait_stream(stream)
         torch.cuda.synchronize(self.device)
@@ -203,6 +220,50 @@ class Ranks:
             for b in boxes:
                 if check:
                     b.check()
+        return outs
+
+    def _submit(self, call: Callable[[fused.Fused, int], Any], r: int, delay) -> Any:
+        with torch.cuda.device(self.device), torch.cuda.stream(self.streams[r]):
+            if delay is not None and delay[0] == r:
+                torch.cuda._sleep(delay[1])
+            return call(self.fused[r], r)
+
+    def _in_phases(self, call: Callable[[fused.Fused, int], Any], delay) -> list[Any]:
+        """:meth:`run`'s calls, one thread per rank, in phases (see there)."""
+        phase = threading.Barrier(self.world, timeout=60)
+        outs: list[Any] = [None] * self.world
+        errors: list[BaseException] = []
+        for f in self.fused:
+            for name in ("final", "one", "rest"):
+                real = getattr(f, name)
+
+                def then_meet(*args: Any, real: Callable[..., Any] = real, **kw: Any) -> Any:
+                    out = real(*args, **kw)
+                    phase.wait()
+                    return out
+
+                setattr(f, name, then_meet)
+
+        def rank(r: int) -> None:
+            try:
+                outs[r] = self._submit(call, r, delay)
+            except threading.BrokenBarrierError as e:
+                errors.append(e)
+            except BaseException as e:  # noqa: BLE001 - re-raised below, after every thread
+                errors.insert(0, e)
+                phase.abort()
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(self.world)]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            for f in self.fused:
+                del f.final, f.one, f.rest
+        if errors:
+            raise errors[0]
         return outs
 
 
