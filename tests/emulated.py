@@ -3,7 +3,7 @@
 Each emulated rank has its own :class:`~logits_gather.sampling.fused.rounds.Fused` and its
 own copy of every mailbox; every copy's peer table lists all ranks' copies, so the
 real kernels run the real exchange. On a GPU each rank launches on its own CUDA
-stream, from its own thread, the ranks in step (:meth:`Ranks.run`): a rank's waiting
+stream, from its own thread, the ranks in step (:mod:`tests.phases`): a rank's waiting
 kernel spins while the other ranks' writers run, as it does across processes, and its
 grid is bounded so the writers always find room.
 What this leaves out: processes, symmetric memory and NVLink (every copy is on one
@@ -23,6 +23,10 @@ import torch
 from logits_gather.sampling.fused import rounds as fused
 from logits_gather.sampling.fused.launch import pdl_capable
 from logits_gather.sampling.fused.mailbox import status_block
+from tests.phases import in_phases
+
+WAITERS = ("final", "one", "rest")
+"""The fused path's waiting launches (:class:`~logits_gather.sampling.fused.rounds.Fused`)."""
 
 
 class Box:
@@ -164,7 +168,7 @@ class Ranks:
         for every operation and dtype before :meth:`run`."""
         held: list[tuple[int, int, Callable[..., Any], torch.cuda.Stream]] = []
         for r, f in enumerate(self.fused):
-            for name in ("final", "one", "rest"):
+            for name in WAITERS:
                 real = getattr(f, name)
                 if name == "rest":  # junk tokens may differ between ranks: serve no row
                     real = functools.partial(_rest_of_none, real)
@@ -179,7 +183,8 @@ class Ranks:
             self.run(call, check=False, after=held)
         finally:
             for f in self.fused:
-                del f.final, f.one, f.rest
+                for name in WAITERS:
+                    delattr(f, name)
 
     def run(
         self,
@@ -194,15 +199,8 @@ class Ranks:
         ``after`` (:meth:`_warm`): ``(turn, rank, launch, stream)`` entries that the calls
         add, launched after them in that order.
 
-        Without ``after``, each rank's call runs in its own thread, and the ranks submit
-        their work in phases: a phase ends with a waiting launch (``final``, ``one``,
-        ``rest``), and no rank submits phase p + 1 before every rank submitted phase p.
-        CUDA maps streams onto a limited number of hardware queues (under MPS every
-        client's streams share one pool), and a queued launch that waits for its own
-        stream blocks every launch behind it in its queue. Submitted rank after rank, rank
-        A's round-2 writer (waiting for A's spinning round-1 reader) could block rank B's
-        round-1 writer that the reader needs. In phases, everything a waiting kernel needs
-        is queued before anything that waits for it, on any number of queues."""
+        Without ``after``, each rank's call runs in its own thread, the ranks in phases
+        that end at each waiting launch (:func:`tests.phases.in_phases` says why)."""
         main = torch.cuda.current_stream(self.device)
         for stream in self.streams:
             stream.wait_stream(main)
@@ -212,7 +210,7 @@ class Ranks:
                 with torch.cuda.stream(stream):
                     go()
         else:
-            outs = self._in_phases(call, delay)
+            outs = in_phases(self.fused, WAITERS, lambda r: self._submit(call, r, delay))
         for stream in self.streams:
             main.wait_stream(stream)
         torch.cuda.synchronize(self.device)
@@ -227,44 +225,6 @@ class Ranks:
             if delay is not None and delay[0] == r:
                 torch.cuda._sleep(delay[1])
             return call(self.fused[r], r)
-
-    def _in_phases(self, call: Callable[[fused.Fused, int], Any], delay) -> list[Any]:
-        """:meth:`run`'s calls, one thread per rank, in phases (see there)."""
-        phase = threading.Barrier(self.world, timeout=60)
-        outs: list[Any] = [None] * self.world
-        errors: list[BaseException] = []
-        for f in self.fused:
-            for name in ("final", "one", "rest"):
-                real = getattr(f, name)
-
-                def then_meet(*args: Any, real: Callable[..., Any] = real, **kw: Any) -> Any:
-                    out = real(*args, **kw)
-                    phase.wait()
-                    return out
-
-                setattr(f, name, then_meet)
-
-        def rank(r: int) -> None:
-            try:
-                outs[r] = self._submit(call, r, delay)
-            except threading.BrokenBarrierError as e:
-                errors.append(e)
-            except BaseException as e:  # noqa: BLE001 - re-raised below, after every thread
-                errors.insert(0, e)
-                phase.abort()
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(self.world)]
-        try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:
-            for f in self.fused:
-                del f.final, f.one, f.rest
-        if errors:
-            raise errors[0]
-        return outs
 
 
 def _rest_of_none(rest: Callable[..., Any], shard: torch.Tensor, head: tuple, *args: Any) -> None:

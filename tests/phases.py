@@ -1,0 +1,72 @@
+"""One call per emulated rank, each in its own thread, the ranks in step (no CUDA needed).
+
+:class:`tests.emulated.Ranks` queues each rank's kernels on its own stream. CUDA maps
+streams onto a limited number of hardware queues (under MPS every client's streams share
+one pool), and a queued launch that waits for its own stream blocks every launch behind it
+in its queue. Ranks queued one whole call after another can then deadlock: rank A's
+round-2 writer, waiting for A's spinning round-1 reader, sits ahead of rank B's round-1
+writer that the reader needs. :func:`in_phases` runs the ranks in phases instead: a phase
+ends with a waiting launch, and no rank queues phase n + 1 before every rank queued phase
+n, so whatever a waiting kernel needs is queued before anything that waits for it, on any
+number of queues.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def in_phases(
+    ranks: Sequence[Any],
+    waiters: Sequence[str],
+    run: Callable[[int], Any],
+    *,
+    timeout_s: float = 60,
+) -> list[Any]:
+    """``[run(r) for every rank r]``, each in its own thread. While they run, the methods
+    named ``waiters`` of ``ranks[r]`` (instance attributes set here, deleted after) meet
+    every other rank's at a barrier once they return. Every rank must make the same
+    number of such calls. A rank's error is raised here once every thread ended (the
+    others leave their barrier at once); so is a barrier that waited ``timeout_s``."""
+    world = len(ranks)
+    phase = threading.Barrier(world, timeout=timeout_s)
+    outs: list[Any] = [None] * world
+    errors: list[BaseException] = []
+    for obj in ranks:
+        for name in waiters:
+            real = getattr(obj, name)
+
+            def then_meet(*args: Any, real: Callable[..., Any] = real, **kw: Any) -> Any:
+                out = real(*args, **kw)
+                phase.wait()
+                return out
+
+            setattr(obj, name, then_meet)
+
+    def rank(r: int) -> None:
+        try:
+            outs[r] = run(r)
+        except threading.BrokenBarrierError as e:
+            errors.append(e)
+        except BaseException as e:  # noqa: BLE001 - raised below, after every thread
+            errors.insert(0, e)
+            phase.abort()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for obj in ranks:
+            for name in waiters:
+                delattr(obj, name)
+    if errors:
+        raise errors[0]
+    return outs
+
+
+__all__ = ["in_phases"]
