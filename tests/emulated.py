@@ -220,7 +220,9 @@ class Ranks:
                     b.check()
         return outs
 
-    def _submit(self, call: Callable[[fused.Fused, int], Any], r: int, delay) -> Any:
+    def _submit(
+        self, call: Callable[[fused.Fused, int], Any], r: int, delay: tuple[int, int] | None
+    ) -> Any:
         with torch.cuda.device(self.device), torch.cuda.stream(self.streams[r]):
             if delay is not None and delay[0] == r:
                 torch.cuda._sleep(delay[1])
