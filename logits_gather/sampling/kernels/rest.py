@@ -275,7 +275,9 @@ def _search(
         ep += 1
         off = row_offset(pstride, relems, row, ep)
         sh = tl.full((), 0, tl.int64)  # bins of 2**sh levels, NB of them cover [lo, hi)
-        while (hi - lo) > (NB << sh):
+        # Not NB << sh: Triton 3.8's interpreter cannot shift a global constexpr by a
+        # tensor. Both give the same PTX with Triton 3.6.
+        while (hi - lo) > (tl.full((), NB, tl.int64) << sh):
             sh += 1
         acc = tl.zeros([BLOCK, NB], tl.int64)
         n = tl.full((), 0, tl.int32)
