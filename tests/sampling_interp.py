@@ -1,6 +1,6 @@
 """Logic check of the fused sampling kernels on the CPU with Triton's interpreter.
 
-``TRITON_INTERPRET=1 PYTHONPATH=. python tests/sampling_interp.py [--single] [--tp8]``
+``TRITON_INTERPRET=1 PYTHONPATH=. python tests/sampling_interp.py [--smoke|--single] [--tp8]``
 (pytest: ``tests/test_sampling_interp.py``) runs
 every rank in a thread of one process, with CPU mailboxes whose peer tables hold
 all ranks' addresses; kernels run one at a time, and each final kernel starts
@@ -395,7 +395,17 @@ def check_dead() -> int:
 def main() -> int:
     """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
     ``--only=OP[,OP]``: those operations alone (greedy, sample, sample_k, logprobs, minp,
-    topp, topk_f, rowk, rowkp). ``--single``: the world-1 one-launch runs alone."""
+    topp, topk_f, rowk, rowkp). ``--single``: the world-1 one-launch runs alone.
+    ``--smoke``: the key decoding, the fallback's dead flag and every operation on the
+    narrowest shards (one launch at world size 1, then tp 2 and 3): about 3 minutes on
+    one CPU core, where the whole run takes over 25 minutes."""
+    if "--smoke" in sys.argv:
+        fails = check_decode() + check_dead()
+        fails += run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
+        fails += run(2, 150, 16, random.randrange(2**31), torch.bfloat16)
+        fails += run(3, 100, 4, random.randrange(2**31), torch.bfloat16)
+        print("FAILURES:", fails)
+        return 1 if fails else 0
     if "--single" in sys.argv:
         fails = run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
         fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, single=True)
