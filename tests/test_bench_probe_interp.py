@@ -1,8 +1,8 @@
 """The limit's barrier probe kernel, run by Triton's interpreter on the CPU: its vector
 atomic adds exactly one per rank lane, epochs advance on the device, and a spin that
-times out marks the probe dead. Skipped where Triton is not installed (CI); runs in a
+times out marks the probe dead. Skipped where Triton is not installed; runs in a
 subprocess because ``TRITON_INTERPRET`` must be set before Triton is imported.
-(``PYTHONPATH=. /work/tvenv/bin/python -m pytest tests/test_bench_probe_interp.py``)"""
+(``python -m pytest tests/test_bench_probe_interp.py``)"""
 
 from __future__ import annotations
 

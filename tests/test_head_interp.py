@@ -1,6 +1,6 @@
 """The fused head kernel in Triton's interpreter on the CPU (harness: tests/head_interp.py):
 tiles, masks, rounding, the push into every rank's slot and the call counters. Skipped
-where Triton is not installed (CI); runs in a subprocess because ``TRITON_INTERPRET``
+where Triton is not installed; runs in a subprocess because ``TRITON_INTERPRET``
 must be set before Triton is imported."""
 
 from __future__ import annotations

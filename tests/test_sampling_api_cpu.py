@@ -50,7 +50,8 @@ def test_sampler_arguments_in_logits_gather_order() -> None:
 
 
 def test_imports_without_triton() -> None:
-    """CI has no Triton: the package imports, and ``sampling.reference`` is an attribute."""
+    """Where Triton does not import (made so here), the package imports, and
+    ``sampling.reference`` is an attribute."""
     code = (
         "import sys; sys.modules['triton'] = None\n"
         "from logits_gather import sampling\n"
