@@ -392,40 +392,40 @@ def check_dead() -> int:
     return fails
 
 
+def _report(fails: int) -> int:
+    print("FAILURES:", fails)
+    return 1 if fails else 0
+
+
 def main() -> int:
     """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
     ``--only=OP[,OP]``: those operations alone (greedy, sample, sample_k, logprobs, minp,
     topp, topk_f, rowk, rowkp). ``--single``: the world-1 one-launch runs alone.
-    ``--smoke``: the key decoding, the fallback's dead flag and every operation on the
-    narrowest shards (one launch at world size 1, then tp 2 and 3): about 3 minutes on
-    one CPU core, where the whole run takes over 25 minutes."""
-    if "--smoke" in sys.argv:
-        fails = check_decode() + check_dead()
-        fails += run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
-        fails += run(2, 150, 16, random.randrange(2**31), torch.bfloat16)
-        fails += run(3, 100, 4, random.randrange(2**31), torch.bfloat16)
-        print("FAILURES:", fails)
-        return 1 if fails else 0
+    ``--smoke``: the whole run's first part alone: the key decoding, the fallback's dead
+    flag and every operation on the narrowest shards (one launch at world size 1, then
+    tp 2 and 3); about 3 minutes on one CPU core, where the whole run takes over 25
+    minutes."""
     if "--single" in sys.argv:
         fails = run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
         fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, single=True)
-        print("FAILURES:", fails)
-        return 1 if fails else 0
+        return _report(fails)
     fails = check_decode() + check_dead()
+    fails += run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
+    for world, n, m in ((2, 150, 16), (3, 100, 4)):
+        fails += run(world, n, m, random.randrange(2**31), torch.bfloat16)
+    if "--smoke" in sys.argv:
+        return _report(fails)
     if "--tp8" in sys.argv:
         fails += run(8, 18944, 8, random.randrange(2**31))
     for world, n, m, dtype in (
         (1, 300, 5, torch.bfloat16),
-        (2, 150, 16, torch.bfloat16),
-        (3, 100, 4, torch.bfloat16),
         (2, 5000, 3, torch.bfloat16),
         (2, 5000, 6, torch.float32),
         (2, 9000, 6, torch.float16),
         (3, 5000, 8, torch.bfloat16),
     ):
         fails += run(world, n, m, random.randrange(2**31), dtype)
-    for n, m, dtype in ((300, 5, torch.bfloat16), (9000, 6, torch.float16)):
-        fails += run(1, n, m, random.randrange(2**31), dtype, single=True)
+    fails += run(1, 9000, 6, random.randrange(2**31), torch.float16, single=True)
     # One program per row for the idle writers (topk_overflow, again_local), so each
     # serves several splits in turn, as at M > 32 on GPUs: row 7 reaches top-p's round
     # 2 and rows 0 and 4 overflow top-k's slots.
@@ -438,8 +438,7 @@ def main() -> int:
     finally:
         for name, value in zip(names, saved, strict=True):
             setattr(launch, name, value)
-    print("FAILURES:", fails)
-    return 1 if fails else 0
+    return _report(fails)
 
 
 if __name__ == "__main__":
