@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -30,6 +31,21 @@ COLOCATE_ENV = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "CUDA_MODULE_LO
 kernels loaded at start. Loaded lazily, a kernel's first use waits for the GPU to drain,
 a peer's kernel that waits for this rank included (``logits_gather.sampling.fused.policy``)."""
 PLACEMENTS = ("one-gpu", "per-gpu", "spread")
+
+
+def skip_trap_under_mps() -> None:
+    """Skips a test that traps a kernel on purpose while scripts/gpu-tests.sh runs an MPS
+    daemon. A fatal fault under MPS ends every client of the GPU and leaves the server
+    refusing new clients (CUDA error 807) until they have all exited, pytest's own process
+    included once an in-process test has touched the GPU: every later test of the run
+    would fail. Measured on one H100: after ``trap-dead-greedy`` every test that followed
+    failed at CUDA initialisation with error 807."""
+    if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+        pytest.skip(
+            "a deliberate trap under MPS ends every client of the GPU and every later "
+            "test's CUDA initialisation: run LOGITS_GATHER_NO_MPS=1 bash scripts/gpu-tests.sh "
+            "tests/test_timeout_gpu.py tests/test_sampling_timeout_gpu.py"
+        )
 
 
 def _gpus() -> int:

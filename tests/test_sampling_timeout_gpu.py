@@ -15,7 +15,6 @@ out itself (rank 0 gave up before writing the fallback's data), never wrong toke
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -24,12 +23,16 @@ import torch.distributed as dist
 
 from logits_gather import PeerTimeoutError
 from tests.dist import run_ranks
-from tests.gpu import needs_gpu, placement_env, rank_device, two_rank_placement
+from tests.gpu import (
+    needs_gpu,
+    placement_env,
+    rank_device,
+    skip_trap_under_mps,
+    two_rank_placement,
+)
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 COLUMNS = 8192
-MPS = "CUDA_MPS_PIPE_DIRECTORY"
-"""Set where scripts/gpu-tests.sh started an MPS daemon."""
 
 
 def _run(rank: int, world: int, placement: str, mode: str, peer: str, op: str) -> str:
@@ -102,10 +105,9 @@ def _run(rank: int, world: int, placement: str, mode: str, peer: str, op: str) -
 @pytest.mark.parametrize("peer", ["dead", "stalled"])
 @pytest.mark.parametrize("mode", ["raise", "trap"])
 def test_sampler_peer_timeout(mode: str, peer: str, op: str) -> None:
+    if mode == "trap":
+        skip_trap_under_mps()
     p = two_rank_placement()
-    if mode == "trap" and peer == "stalled" and p != "per-gpu" and os.environ.get(MPS):
-        pytest.skip("under MPS a trap ends every client of the GPU, the stalled peer too: "
-                    "run with LOGITS_GATHER_NO_MPS=1 (scripts/gpu-tests.sh)")  # fmt: skip
     args = (mode, peer, op)
     messages = run_ranks(_run, 2, p, *args, env=placement_env(p), timeout=120, hard_exit=True)
     print(messages)

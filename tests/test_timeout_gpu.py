@@ -24,6 +24,7 @@ from tests.gpu import (
     placement_env,
     random_full,
     rank_device,
+    skip_trap_under_mps,
     two_rank_placement,
 )
 
@@ -76,6 +77,8 @@ def _timeout(rank: int, world: int, placement: str, mode: str, peer: str) -> str
 @pytest.mark.parametrize("peer", ["dead", "stalled"])
 @pytest.mark.parametrize("mode", ["raise", "trap"])
 def test_peer_timeout(mode: str, peer: str) -> None:
+    if mode == "trap":
+        skip_trap_under_mps()
     placement = two_rank_placement()
     messages = run_ranks(
         _timeout,
