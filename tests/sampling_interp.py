@@ -29,7 +29,7 @@ import triton.language as tl  # noqa: E402
 from logits_gather.sampling import reference  # noqa: E402
 from logits_gather.sampling.fused import launch  # noqa: E402
 from logits_gather.sampling.fused import rounds as fused  # noqa: E402
-from logits_gather.sampling.kernels import finals, keys, nucleus, topk, writers  # noqa: E402
+from logits_gather.sampling.kernels import finals, keys, radix, writers  # noqa: E402
 from tests.emulated import Box  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -38,8 +38,7 @@ CPU = torch.device("cpu")
 # The interpreter has no libdevice: tl.math's log, exp, floor and ceil are numpy's there
 # (so this checks the logic, not the GPU's bits).
 _Libdevice = tl.math
-keys.libdevice = finals.libdevice = writers.libdevice = _Libdevice
-nucleus.libdevice = topk.libdevice = _Libdevice
+finals.libdevice = radix.libdevice = writers.libdevice = _Libdevice
 _LOCK = threading.Lock()
 _launch = launch.Launcher.__call__
 
@@ -332,13 +331,13 @@ def _call(f, op, arg, shard, temp, seeds, ids):
 def _decode_kernel(cand_ptr, t, u_ptr, nbytes_ptr, N: tl.constexpr, XBITS: tl.constexpr):
     i = tl.arange(0, N)
     cand = tl.load(cand_ptr + i)
-    _, _, u, nbytes = keys.decode_keys(cand, t, cand != keys.KEY_MIN, XBITS)
+    _, _, u, nbytes = radix.decode_keys(cand, t, cand != keys.KEY_MIN, XBITS)
     tl.store(u_ptr + i, u)
     tl.store(nbytes_ptr, nbytes)
 
 
 def check_decode() -> int:
-    """The finals' short radix keys (:func:`.keys.decode_keys`): bfloat16 x / T (the
+    """The finals' short radix keys (:func:`.radix.decode_keys`): bfloat16 x / T (the
     definition's scores, :func:`.reference.scaled`) gives 16-bit keys ordered like s (2 bytes);
     s values that are no x / T fall back to 4."""
     fails = 0

@@ -1,13 +1,13 @@
-"""Test kernels over the fused path's device functions (:mod:`logits_gather.sampling.kernels.keys`):
-the Gumbel scores alone, and min-p's ``log`` alone. Needs Triton; import it only where Triton
-imports."""
+"""Test kernels over the fused path's device functions
+(:mod:`logits_gather.sampling.kernels.noise`): the Gumbel scores alone, and min-p's ``log``
+alone. Needs Triton; import it only where Triton imports."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from logits_gather.sampling.kernels.keys import divisor, row_key, scores
+from logits_gather.sampling.kernels.noise import divisor, row_key, scores
 
 
 @triton.jit

@@ -21,7 +21,8 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    from logits_gather.sampling.kernels.keys import ordered32, radix_bits, top_select
+    from logits_gather.sampling.kernels.keys import ordered32, radix_bits
+    from logits_gather.sampling.kernels.radix import top_select
 
     @triton.jit
     def select_kernel(x_ptr, t_ptr, k_ptr, sel_ptr, slot_ptr, v_ptr, of_ptr, N,

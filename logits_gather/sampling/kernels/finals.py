@@ -40,8 +40,9 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import ll
-from .keys import KEY_MIN, index, use_greedy, value
+from .keys import KEY_MIN, index, value
 from .ll import gathered, last_arrival, place, row_box
+from .noise import use_greedy
 from .writers import greedy_write, logprobs_write, minp_write, sample_write
 
 

@@ -44,25 +44,10 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .keys import (
-    KEY_MIN,
-    argmax_key,
-    decode_keys,
-    divisor,
-    index,
-    key,
-    mass_q,
-    mass_threshold,
-    ordered32,
-    row_key,
-    scale,
-    score_keys,
-    scores,
-    tau_level,
-    use_greedy,
-    value,
-)
+from .keys import KEY_MIN, argmax_key, index, key, ordered32, value
 from .ll import gathered, row_box, row_target
+from .noise import divisor, row_key, scale, score_keys, scores, use_greedy
+from .radix import decode_keys, mass_q, mass_threshold, tau_level
 from .writers import full, load_at, load_row
 
 HEAD: tl.constexpr = tl.constexpr(3)  # words before a split's candidate slots

@@ -11,14 +11,14 @@ scan of the member's columns and one exchange (:mod:`.ll`) in which every member
 A search looks for the largest level ``L`` (an :func:`.keys.ordered32` image of ``s``) at
 which the weight of the kept elements at or above ``L`` reaches a target: counts for a
 per-row top-k (the target ``min(k, kept)``, so ``L`` is the k-th largest kept ``s``),
-then masses :func:`.keys.mass_q` for top-p (the target :func:`.keys.mass_threshold` of
+then masses :func:`.radix.mass_q` for top-p (the target :func:`.radix.mass_threshold` of
 their sum, so ``L`` is the definition's ``tau``). The range ``[lo, hi)`` holding ``L``
 starts at ``[lam, ordered32(s_max) + 1)`` where round 1 gave a level ``lam <= tau`` (then
 the target is round 1's ``thr``), else at the top-k cut or the lowest int32. A pass cuts
 it into ``NB`` bins of a power-of-two width; every member computes the same bin from the
 same merged words, so the whole team stays in lockstep. When every member's elements in
 range fit its ``CS`` key slots, the pass has them all and the level is found among them
-(:func:`.keys.cut_level`). The last pass exchanges each member's best Gumbel score key among
+(:func:`.radix.cut_level`). The last pass exchanges each member's best Gumbel score key among
 its kept elements at or above ``L``: the token.
 
 Passes are at most 8 per search (``NB = 16``: 4 bits of the 32-bit range per pass); a
@@ -43,22 +43,10 @@ import triton
 import triton.language as tl
 
 from . import ll
-from .keys import (
-    KEY_MIN,
-    best_key,
-    cut_level,
-    divisor,
-    index,
-    key,
-    mass_q,
-    mass_threshold,
-    noise,
-    ordered32,
-    row_key,
-    scale,
-    value,
-)
+from .keys import KEY_MIN, best_key, index, key, ordered32, value
 from .ll import row_offset
+from .noise import divisor, noise, row_key, scale
+from .radix import cut_level, mass_q, mass_threshold
 
 NB: tl.constexpr = tl.constexpr(16)  # bins per pass
 CS: tl.constexpr = tl.constexpr(32)  # key slots per member

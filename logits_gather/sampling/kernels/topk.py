@@ -29,7 +29,7 @@ and the row's elements at or above ``T`` are the candidates there plus each spli
 left-out count at value ``T``. min-p keeps an upper set of those, and top-p needs only their
 masses (``Z``, ``thr``, ``tau`` as :mod:`..reference` defines them). No fallback is needed.
 The cut and ``tau`` are searched over radix keys ordered like ``s``
-(:func:`.keys.decode_keys`).
+(:func:`.radix.decode_keys`).
 
 A per-row ``k`` (int64 ``[M]``) runs :func:`rowk_local` as round 2's first writer: rows
 with ``k`` off (0 or ``>= V``) write the sample format into the first two words per split
@@ -48,30 +48,27 @@ from .finals import sample_row
 from .keys import (
     KEY_MIN,
     LOW,
-    decode_keys,
-    divisor,
     group_tops_pairs,
     index,
     key,
     key_at,
+    ordered32,
+    ordered_value,
+    radix_bits,
+    value,
+)
+from .ll import gathered, last_arrival, place, row_box, row_target
+from .noise import divisor, row_key, scale, score_keys, scores, use_greedy
+from .radix import (
+    decode_keys,
     kth_largest,
     kth_largest_in,
     mass_q,
     mass_threshold,
-    ordered32,
-    ordered_value,
-    radix_bits,
     row_k,
-    row_key,
-    scale,
-    score_keys,
-    scores,
     tau_level,
     top_select,
-    use_greedy,
-    value,
 )
-from .ll import gathered, last_arrival, place, row_box, row_target
 from .writers import full, full_at, load_at, load_row, minp_write, sample_write
 
 KMAX: tl.constexpr = tl.constexpr(64)  # the largest k the candidates serve (MAX_CANDIDATES)

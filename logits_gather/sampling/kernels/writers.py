@@ -30,19 +30,16 @@ from .keys import (
     best_key,
     best_key16,
     best_key_pairs,
-    divisor,
     key16,
     key_at,
     max_or_nan,
     ordered,
     ordered32,
-    row_key,
-    scale,
-    scores,
     value,
     word16,
 )
 from .ll import row_target
+from .noise import divisor, row_key, scale, scores
 
 
 @triton.jit
@@ -140,7 +137,7 @@ def sample_local(
 ):  # fmt: skip
     """[greedy word, best score key]. The greedy word is the exact greedy key where the
     row may be greedy (T == 0, NaN or +inf, an overflowing s, all -inf); elsewhere only
-    its value part (the split's x max), all that :func:`.keys.use_greedy` reads."""
+    its value part (the split's x max), all that :func:`.noise.use_greedy` reads."""
     ll.enter(PDL)
     sample_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,
                  seed_ptr, pos_ptr, peers, epoch, pstride, relems, own, N, col0, BLOCK, WORLD,
