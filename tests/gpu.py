@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from logits_gather.bench.machine import mps_running
 from tests.data import same_bits
 
 _BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
@@ -34,13 +34,14 @@ PLACEMENTS = ("one-gpu", "per-gpu", "spread")
 
 
 def skip_trap_under_mps() -> None:
-    """Skips a test that traps a kernel on purpose while scripts/gpu-tests.sh runs an MPS
-    daemon. A fatal fault under MPS ends every client of the GPU and leaves the server
-    refusing new clients (CUDA error 807) until they have all exited, pytest's own process
-    included once an in-process test has touched the GPU: every later test of the run
-    would fail. Measured on one H100: after ``trap-dead-greedy`` every test that followed
-    failed at CUDA initialisation with error 807."""
-    if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+    """Skips a test that traps a kernel on purpose while an MPS daemon runs (as
+    scripts/gpu-tests.sh starts one). A fatal fault under MPS ends every client of the
+    GPU and leaves the server refusing new clients (CUDA error 807) until they have all
+    exited, pytest's own process included once an in-process test has touched the GPU:
+    every later test of the run would fail. Measured on one H100: after
+    ``trap-dead-greedy`` every test that followed failed at CUDA initialisation with
+    error 807."""
+    if mps_running():
         pytest.skip(
             "a deliberate trap under MPS ends every client of the GPU and every later "
             "test's CUDA initialisation: run LOGITS_GATHER_NO_MPS=1 bash scripts/gpu-tests.sh "

@@ -41,9 +41,9 @@ def _nvidia_smi() -> dict[str, Any]:
     return {"nvidia_smi": rows, "driver": rows[0][1] if rows and len(rows[0]) > 1 else None}
 
 
-def _mps_pipe() -> bool:
-    """An MPS control daemon leaves a pipe directory; without MPS, colocated kernels
-    are time-sliced and every call costs milliseconds."""
+def mps_running() -> bool:
+    """Whether an MPS control daemon runs (its pipe directory holds a ``control`` socket);
+    without MPS, colocated kernels are time-sliced and every call costs milliseconds."""
     pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
     return os.path.exists(os.path.join(pipe, "control"))
 
@@ -90,7 +90,7 @@ def describe(ctx: Any) -> dict[str, Any]:
             gpu_name=props.name,
             sms=props.multi_processor_count,
             gpu_memory_gib=round(props.total_memory / 2**30, 1),
-            mps_pipe=_mps_pipe(),
+            mps_pipe=mps_running(),
         )
         try:
             version = torch.cuda.nccl.version()
