@@ -77,6 +77,7 @@ class VocabParallelSampler:
         self._low = ((1 << 32) - 1) - self.ids
         self._backend = backend
         self._exchanges: dict[int, ops.Exchange] = {}
+        self._retired: list[ops.Exchange] = []  # grown exchanges' predecessors
         self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
         self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (cuts.filled)
         self.held: list[torch.Tensor] = []  # those rows that CUDA graphs read (cuts.filled)
@@ -114,9 +115,12 @@ class VocabParallelSampler:
         """The exchange of ``width`` fp32 words for ``rows`` rows (collective if built)."""
         ex = self._exchanges.get(width)
         if ex is None or ex.capacity < rows:
-            cap = max(rows, self.capacity)
-            ex = ops.get(width, rows, self.group, self.device, self._backend, cap)
-            self._exchanges[width] = ex
+            have = "none" if ex is None else f"capacity {ex.capacity}"
+            new = ops.build(width, rows, self.group, self.device, self._backend, self.capacity,
+                            have)  # fmt: skip
+            if ex is not None:  # a peer may still read it, and graphs captured with it do
+                self._retired.append(ex)
+            self._exchanges[width] = ex = new
         return ex
 
     def _zero_positions(self, m: int) -> torch.Tensor:

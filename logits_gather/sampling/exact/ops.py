@@ -12,9 +12,9 @@ in rank order, so ties go to the lowest global id, exactly as over the whole row
 
 An exchange is a fp32 :class:`~logits_gather.LogitsGather`, which copies bits: int64 or
 bf16/fp16 fields travel as views. Building one is collective (every rank, the same
-``width`` and ``rows``, never during capture). Exchanges are shared by every sampler per
-``(group, device, width, backend)``; a grown one keeps the old alive, since a peer may
-still read it.
+``width`` and ``rows``, never during capture). Each sampler owns its exchanges, one per
+width, and keeps a grown one's predecessor alive (a peer may still read it); nothing here
+is cached per process, so deleting the sampler frees them and its hold on the group.
 """
 
 from __future__ import annotations
@@ -115,10 +115,6 @@ def combine_logprobs(g: torch.Tensor, token_ids: torch.Tensor, n: int, room: int
     return token_lp, ids, values.sub(big).sub_(log_sum)
 
 
-_cache: dict[tuple[Any, ...], Exchange] = {}
-_retired: list[Exchange] = []
-
-
 class Exchange:
     """A fp32 ``LogitsGather`` of ``[capacity, width]`` and the ``payload`` it sends."""
 
@@ -139,21 +135,15 @@ def group_key(group: dist.ProcessGroup | None) -> Any:
     return dist.group.WORLD if group is None else group
 
 
-def get(width: int, rows: int, group, device: torch.device, backend: str, capacity: int):
-    """The cached exchange for ``(group, device, width, backend)`` with room for ``rows``;
-    collective when it has to build one of ``max(capacity, rows)`` rows."""
-    key = (group_key(group), device, width, backend)
-    ex = _cache.get(key)
-    if ex is not None and ex.capacity >= rows:
-        return ex
+def build(
+    width: int, rows: int, group, device: torch.device, backend: str, capacity: int, have: str
+):
+    """A new exchange of ``width`` with room for ``max(capacity, rows)`` rows (collective);
+    raises under CUDA graph capture, where it cannot be built (``have``: what there is)."""
     if capturing(device):
-        have = "none" if ex is None else f"capacity {ex.capacity}"
         raise RuntimeError(
             f"logits_gather.sampling: no exchange of width {width} for {rows} rows ({have}); "
             "it is built collectively on first use, which cannot happen inside CUDA graph "
             "capture: run the same operation (same top_k/top_n, M >= this M) once before capture"
         )
-    if ex is not None:
-        _retired.append(ex)
-    _cache[key] = new = Exchange(width, max(capacity, rows), group, device, backend)
-    return new
+    return Exchange(width, max(capacity, rows), group, device, backend)
