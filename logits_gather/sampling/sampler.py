@@ -115,9 +115,7 @@ class VocabParallelSampler:
         """The exchange of ``width`` fp32 words for ``rows`` rows (collective if built)."""
         ex = self._exchanges.get(width)
         if ex is None or ex.capacity < rows:
-            have = "none" if ex is None else f"capacity {ex.capacity}"
-            new = ops.build(width, rows, self.group, self.device, self._backend, self.capacity,
-                            have)  # fmt: skip
+            new = ops.build(width, rows, self.group, self.device, self._backend, self.capacity, ex)
             if ex is not None:  # a peer may still read it, and graphs captured with it do
                 self._retired.append(ex)
             self._exchanges[width] = ex = new

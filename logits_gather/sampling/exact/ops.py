@@ -136,11 +136,18 @@ def group_key(group: dist.ProcessGroup | None) -> Any:
 
 
 def build(
-    width: int, rows: int, group, device: torch.device, backend: str, capacity: int, have: str
-):
-    """A new exchange of ``width`` with room for ``max(capacity, rows)`` rows (collective);
-    raises under CUDA graph capture, where it cannot be built (``have``: what there is)."""
+    width: int,
+    rows: int,
+    group,
+    device: torch.device,
+    backend: str,
+    capacity: int,
+    old: Exchange | None,
+) -> Exchange:
+    """A new exchange of ``width`` with room for ``max(capacity, rows)`` rows (collective),
+    replacing ``old`` (or None); raises under CUDA graph capture, where it cannot be built."""
     if capturing(device):
+        have = "none" if old is None else f"capacity {old.capacity}"
         raise RuntimeError(
             f"logits_gather.sampling: no exchange of width {width} for {rows} rows ({have}); "
             "it is built collectively on first use, which cannot happen inside CUDA graph "
