@@ -22,7 +22,6 @@ import torch
 import torch.distributed as dist
 
 from . import checks, reference
-from .exact import ops
 from .sampler import MAX_CANDIDATES, Logprobs, VocabParallelSampler
 
 _samplers: dict[tuple[Any, ...], VocabParallelSampler] = {}
@@ -39,7 +38,8 @@ def cached_sampler(
 
 def _sampler(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> VocabParallelSampler:
     """:func:`cached_sampler` for a ``shard`` of ``m`` rows already checked (and the group)."""
-    key = (ops.group_key(group), shard.device, shard.shape[1])
+    # The default group object changes when the process group is re-created.
+    key = (dist.group.WORLD if group is None else group, shard.device, shard.shape[1])
     sampler = _samplers.get(key)
     if sampler is None:
         capacity = 1 << max(m - 1, 1).bit_length()

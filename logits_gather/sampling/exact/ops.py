@@ -19,10 +19,7 @@ is cached per process, so deleting the sampler frees them and its hold on the gr
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-import torch.distributed as dist
 
 from ...gather import LogitsGather
 from ..checks import capturing
@@ -128,11 +125,6 @@ class Exchange:
         """Every rank's ``payload[:rows]`` as ``[rows, W, width]``: a view of the gather's
         buffer, valid until the next-but-one call (stream order is enough)."""
         return self.gather(self.payload[:rows]).view(rows, self.world_size, self.width)
-
-
-def group_key(group: dist.ProcessGroup | None) -> Any:
-    # The default group object changes when the process group is re-created.
-    return dist.group.WORLD if group is None else group
 
 
 def build(
