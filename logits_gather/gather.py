@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -211,13 +211,14 @@ class LogitsGather:
         caller agrees on the outcome, so a failure on one rank never strands the others."""
         try:
             from .kernel import FLAG_ROWS
-            from .push import EAGER_SLOTS, GRAPH_SLOTS, PushGather
+            from .push import PushGather
+            from .slots import slot_count
 
             ctas = symmetric.max_ctas(infos)
             buffers = symmetric.allocate(
                 capacity=self.capacity,
                 columns=self.columns,
-                slots=EAGER_SLOTS + (GRAPH_SLOTS if graphs else 0),
+                slots=slot_count(graphs),
                 world_size=self.world_size,
                 rank=self.rank,
                 dtype=self.dtype,
@@ -322,16 +323,21 @@ class LogitsGather:
             self._failed = str(exc)
             raise
         except RuntimeError as exc:
-            timeout = self._timeout_error()
-            if timeout is None:
-                raise
-            self._failed = str(timeout)
-            raise timeout from exc
+            self._raise_recorded(exc)
 
     def _timeout_error(self) -> PeerTimeoutError | None:
         """The kernel's timeout, read from its pinned status block, or None."""
         recorded = getattr(self._impl, "recorded_timeout", None)  # the fallback has none
         return None if recorded is None else recorded()
+
+    def _raise_recorded(self, exc: RuntimeError) -> NoReturn:
+        """Raises the recorded timeout chained to ``exc`` (a trap's CUDA error), failing
+        this object; ``exc`` itself when no timeout was recorded (other work failed)."""
+        timeout = self._timeout_error()
+        if timeout is None:
+            raise exc
+        self._failed = str(timeout)
+        raise timeout from exc
 
     def check(self, synchronize: bool = True) -> None:
         """Raises :class:`PeerTimeoutError` if an earlier call timed out waiting for a peer.
@@ -351,11 +357,7 @@ class LogitsGather:
                 if not torch.cuda.is_current_stream_capturing():
                     torch.cuda.synchronize(self.device)
             except RuntimeError as exc:
-                timeout = self._timeout_error()
-                if timeout is None:
-                    raise
-                self._failed = str(timeout)
-                raise timeout from exc
+                self._raise_recorded(exc)
             timeout = self._timeout_error()
         if timeout is not None:
             self._failed = str(timeout)

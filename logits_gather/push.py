@@ -22,13 +22,11 @@ import torch
 
 from .checks import ON_TIMEOUT, PeerTimeoutError
 from .launch import TritonLaunch, compile_kernel
+from .slots import EAGER_SLOTS, SlotRotation
 from .symmetric import PeerBuffers
 
-EAGER_SLOTS = 3
-GRAPH_SLOTS = 2
 MAX_WORLD = 8
 
-_capturing = torch._C._cuda_isCurrentStreamCapturing
 _raw_stream = torch._C._cuda_getCurrentRawStream
 
 
@@ -105,8 +103,7 @@ class PushGather:
             [buffers.slots[s, :m] for m in range(capacity + 1)]
             for s in range(buffers.slots.shape[0])
         ]
-        self._eager = 0
-        self._captured = 0
+        self.slots = SlotRotation(graphs=graphs)
         self.replan(default_configs(world_size))
 
     def replan(self, configs: Sequence[Config]) -> None:
@@ -154,25 +151,12 @@ class PushGather:
         ptr = shard.data_ptr()
         m = shard.shape[0]
         grid, launches = self._plan[m]
-        if _capturing():
-            if not self._graphs:
-                raise RuntimeError(
-                    "this LogitsGather was built with graphs=False; build it with "
-                    "graphs=True to call it during CUDA graph capture"
-                )
-            slot = EAGER_SLOTS + (self._captured & 1)
-            self._captured += 1
-            launch = launches[True, not ptr & 15]
-        else:
-            slot = self._eager
-            self._eager = (slot + 1) % EAGER_SLOTS
-            launch = launches[False, not ptr & 15]
-        launch(grid, _raw_stream(self._index), ptr, slot, m)
+        slot = self.slots.take()
+        launches[slot >= EAGER_SLOTS, not ptr & 15](grid, _raw_stream(self._index), ptr, slot, m)
         return self._views[slot][m]
 
     # The fused LM head (logits_gather.head) shares the slots, the rotation and the flags:
-    # one of its calls is one call of the protocol. These mirror __call__'s slot choice,
-    # which stays inline there to keep the gather's hot path as it is.
+    # one of its calls is one call of the protocol.
     @property
     def ctas(self) -> int:
         """The CTA budget: the most CTAs any kernel of this object may launch."""
@@ -182,18 +166,7 @@ class PushGather:
         """The slot of the next call (eager rotation, or graph-mode alternation)."""
         if self._status_words[0]:
             raise self.timeout_error()
-        if _capturing():
-            if not self._graphs:
-                raise RuntimeError(
-                    "this LogitsGather was built with graphs=False; build it with "
-                    "graphs=True to call it during CUDA graph capture"
-                )
-            slot = EAGER_SLOTS + (self._captured & 1)
-            self._captured += 1
-            return slot
-        slot = self._eager
-        self._eager = (slot + 1) % EAGER_SLOTS
-        return slot
+        return self.slots.take()
 
     def slot_args(self, slot: int) -> tuple[int, ...]:
         """The frozen pointer arguments of ``slot``: 8 slot addresses, flags, peer flag

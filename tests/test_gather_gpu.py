@@ -67,7 +67,7 @@ def _soak_one(rank, world, device, dtype, columns, capacity, calls, seed) -> Non
         shard = full[:, rank * columns : (rank + 1) * columns].contiguous()
         if call % 4 == 3:  # a contiguous shard whose address is not 16-byte aligned
             shard = _misaligned(shard)
-        slot = g._impl._eager
+        slot = g._impl.slots.eager
         after = (slot + 1) % 3
         # The slot of call k + 1 held call k - 2's result; peers write it only in
         # call k + 1, which they start after this rank arrives at call k.

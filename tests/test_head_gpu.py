@@ -99,7 +99,7 @@ def _soak(rank: int, world: int, placement: str, dtype: torch.dtype, h: int, col
                 previous = None
                 continue
             if slots is not None:
-                slots[(g._impl._eager + 1) % 3].fill_(POISON)
+                slots[(g._impl.slots.eager + 1) % 3].fill_(POISON)
             delay_random_rank(rng, rank, world)
             fused = None if call % 5 else True
             out = g.linear(hidden, weight, fused=fused)

@@ -67,7 +67,7 @@ def _stress(rank: int, world: int, placement: str, calls: int) -> int:
             gen.manual_seed(call)
             full = random_full(gen, m, world * width, dtype, device)
             shard = full[:, rank * width : (rank + 1) * width].contiguous()
-            slot = g._impl._eager
+            slot = g._impl.slots.eager
             # the slot this call writes held call k-3's rows; peers write it only in this
             # call, which they start after this rank issued call k-1
             g._impl._buffers.slots[slot, m:].fill_(POISON[dtype])

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from ..launch import Ptr, raw_launch
-from ..push import EAGER_SLOTS, GRAPH_SLOTS
 from ..push import MAX_WORLD as LANES
+from ..slots import EAGER_SLOTS, SlotRotation, slot_count
 from . import kernel as HK
 from .table import Tile, tiles
 
@@ -32,11 +32,9 @@ class LocalSlots:
 
     def __init__(self, capacity: int, columns: int, dtype: torch.dtype, device: torch.device):
         self.ctas = torch.cuda.get_device_properties(device).multi_processor_count
-        self._slots = torch.empty(
-            (EAGER_SLOTS + GRAPH_SLOTS, capacity, columns), dtype=dtype, device=device
-        )
+        self._slots = torch.empty((slot_count(True), capacity, columns), dtype=dtype, device=device)
         self._unused = torch.zeros(LANES, dtype=torch.int64, device=device)
-        self._eager = self._captured = 0
+        self._rotation = SlotRotation(graphs=True)
         self.kernel_constants = dict(N=columns, RANK=0, WORLD=1, MAXC=1, TRAP=False)
         self.timeout_us = 1
         unused = self._unused.data_ptr()
@@ -45,13 +43,7 @@ class LocalSlots:
         ]
 
     def take_slot(self) -> int:
-        if _capturing():
-            slot = EAGER_SLOTS + (self._captured & 1)
-            self._captured += 1
-            return slot
-        slot = self._eager
-        self._eager = (slot + 1) % EAGER_SLOTS
-        return slot
+        return self._rotation.take()
 
     def slot_args(self, slot: int) -> tuple[int, ...]:
         return self._args[slot]

@@ -28,8 +28,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..slots import slot_count
+
 MIB = 1 << 20
-EAGER_SLOTS, GRAPH_SLOTS = 3, 2
 
 
 def rows_from_config(vllm_config: Any, drafter: bool) -> int:
@@ -42,13 +43,9 @@ def rows_from_config(vllm_config: Any, drafter: bool) -> int:
     return seqs * (1 + k)
 
 
-def slots(graphs: bool) -> int:
-    return EAGER_SLOTS + (GRAPH_SLOTS if graphs else 0)
-
-
 def row_bytes(padded_vocab: int, itemsize: int, graphs: bool) -> int:
     """Bytes of symmetric memory per row of capacity."""
-    return slots(graphs) * padded_vocab * itemsize
+    return slot_count(graphs) * padded_vocab * itemsize
 
 
 def capacity_for(
@@ -105,5 +102,4 @@ __all__ = [
     "fit_problem",
     "row_bytes",
     "rows_from_config",
-    "slots",
 ]

@@ -57,6 +57,7 @@ from vllm.distributed import get_tp_group
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
 from ..gather import LogitsGather
+from ..slots import slot_count
 from . import head, memory
 from .context import call_mode, current_role, needs_copy, speculator_captures_full
 from .settings import CAPACITY_ENV, Settings, log_once
@@ -228,7 +229,7 @@ class GatherLogitsProcessor(LogitsProcessor):
             lg.dtype,
             lg.capacity,
             padded,
-            memory.slots(self.graphs),
+            slot_count(self.graphs),
             needed / memory.MIB,
             seen or "no memory check",
             lg.timeout_s,
