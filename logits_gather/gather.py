@@ -248,6 +248,8 @@ class LogitsGather:
         """Gathers ``shard`` ``[M, columns]`` from every rank into ``[M, world_size * columns]``."""
         if self._failed is not None:
             raise PeerTimeoutError(self._failed)
+        if not dist.is_initialized():
+            raise self._destroyed()
         try:
             ok = (
                 shard.dtype is self.dtype
@@ -289,6 +291,8 @@ class LogitsGather:
         """
         if self._failed is not None:
             raise PeerTimeoutError(self._failed)
+        if not dist.is_initialized():
+            raise self._destroyed()
         if self._head is None:
             from .head.linear import HeadLinear
 
@@ -306,6 +310,13 @@ class LogitsGather:
                 guard=self._guarded,
             )
         return self._head(hidden, weight, fused)
+
+    def _destroyed(self) -> RuntimeError:
+        return RuntimeError(
+            f"{self!r} was called after torch.distributed's process group was destroyed: "
+            "free it before dist.destroy_process_group(), and build a new LogitsGather "
+            "after init_process_group"
+        )
 
     def _check_call(self, tensor: torch.Tensor, ok: bool, **kwargs: Any) -> None:
         """The collective call check; a peer's timeout there fails this object."""
