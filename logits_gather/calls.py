@@ -6,13 +6,15 @@ skipped call) would otherwise make the gloo fallback abort or the kernel time
 out after returning incomplete data. With ``check_calls`` on, a call first
 exchanges a fixed-size record over a gloo channel, before any data moves:
 
-    [object id, call index, M, dtype code, input rejected, operation]
+    [object id, call index, M, dtype code, input rejected, operation, fingerprint]
 
 The object id numbers the checked objects built on the channel (construction is
 collective, so it agrees on every rank); the call index counts this object's
 checked calls, rejected ones included. The operation is 0 for a gather and encodes
 the hidden size and ``fused`` for ``linear``, so a rank that gathers while its peers
-run the head (or passes another hidden size) is caught as well. The record always
+run the head (or passes another hidden size) is caught as well. Samplers
+(:mod:`.sampling`) encode their operation and filters there, and put a fingerprint of
+their per-row arguments in the last word (0 for a gather). The record always
 has the same size, so two ranks in different calls never make gloo abort on a size mismatch. If any
 rank's record differs or reports a rejected input, every rank knows it at once;
 all then exchange descriptions (``all_gather_object``) and raise the same
@@ -51,7 +53,7 @@ import torch.distributed as dist
 
 from .checks import PeerTimeoutError, shard_error
 
-_RECORD = 6
+_RECORD = 7
 _DTYPE_CODES = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
 _channels: weakref.WeakKeyDictionary[dist.ProcessGroup, dist.ProcessGroup] = (
     weakref.WeakKeyDictionary()
@@ -96,9 +98,11 @@ class CallCheck:
         timeout_s: float,
         columns: int,
         capacity: int,
-        dtype: torch.dtype,
+        dtype: torch.dtype | None,
         device: torch.device,
+        owner: str = "LogitsGather",
     ) -> None:
+        self.owner = owner
         self._group = _channel(group)
         key = (self._group if self._group is not None else dist.group.WORLD).group_name
         self.object_id = _objects.get(key, 0)
@@ -111,22 +115,32 @@ class CallCheck:
         self.calls = 0
 
     def __call__(
-        self, shard: Any, ok: bool, *, error: Exception | None = None, op: int = 0
+        self,
+        shard: Any,
+        ok: bool,
+        *,
+        error: Exception | None = None,
+        op: int = 0,
+        fingerprint: int = 0,
+        what: str = "",
     ) -> None:
-        """``error``: what this rank's input was rejected for (default: judged as a shard)."""
+        """``error``: what this rank's input was rejected for (default: judged as a shard).
+        ``op``, ``fingerprint`` (int64) and ``what`` (its words, for the error) describe
+        the call beyond the shard's M and dtype."""
         index = self.calls
         self.calls += 1
         m, code = -1, -1
         if isinstance(shard, torch.Tensor):
             m = shard.shape[0] if shard.dim() >= 1 else -1
             code = _DTYPE_CODES.get(shard.dtype, 0)
-        self._mine.copy_(torch.tensor((self.object_id, index, m, code, int(not ok), op)))
+        record = (self.object_id, index, m, code, int(not ok), op, fingerprint)
+        self._mine.copy_(torch.tensor(record))
         work = _all_gather_single(self._all, self._mine, self._group, True)
         try:
             work.wait(timeout=self._timeout)
         except RuntimeError as exc:
             raise PeerTimeoutError(
-                f"LogitsGather call check: not every rank reached call {index} of checked "
+                f"{self.owner} call check: not every rank reached call {index} of checked "
                 f"object #{self.object_id} within timeout_s={self._timeout.total_seconds():g} "
                 "s: a peer skipped this call, is stalled or is dead; this object is unusable "
                 "now"
@@ -134,10 +148,16 @@ class CallCheck:
         rows = self._all.view(self._world, _RECORD)
         if ok and bool((rows == self._mine).all()):
             return
-        self._disagree(shard, ok, index, rows, error)
+        self._disagree(shard, ok, index, rows, error, what)
 
     def _disagree(
-        self, shard: Any, ok: bool, index: int, rows: torch.Tensor, error: Exception | None
+        self,
+        shard: Any,
+        ok: bool,
+        index: int,
+        rows: torch.Tensor,
+        error: Exception | None,
+        what: str,
     ) -> None:
         """Every rank gets here together (they all saw the same rows)."""
         local = None if ok else (error or shard_error(shard, **self._spec))
@@ -146,20 +166,29 @@ class CallCheck:
             mine += f"M={shard.shape[0] if shard.dim() >= 1 else None}, dtype={shard.dtype}"
         else:
             mine += f"shard is a {type(shard).__name__}"
+        if what:
+            mine += f", {what}"
         if local is not None:
             mine += f"; input rejected: {type(local).__name__}: {local}"
         described: list[Any] = [None] * self._world
         dist.all_gather_object(described, mine, group=self._group)
         lines = [f"rank {r}: {d}" for r, d in enumerate(described)]
-        columns = ((0, "object"), (1, "call index"), (2, "M"), (3, "dtype"), (5, "operation"))
-        for col, what in columns:
+        columns = (
+            (0, "object"),
+            (1, "call index"),
+            (2, "M"),
+            (3, "dtype"),
+            (5, "operation"),
+            (6, "per-row arguments (their fingerprint)"),
+        )
+        for col, name in columns:
             if len(set(rows[:, col].tolist())) > 1:
-                lines.append(f"{what} differs between ranks")
+                lines.append(f"{name} differs between ranks")
         bad = [r for r in range(self._world) if rows[r, 4]]
         if bad:
             lines.append("rejected input on rank " + ", ".join(map(str, bad)))
         error = ValueError(
-            "LogitsGather call check (check_calls=True) failed on every rank; "
+            f"{self.owner} call check (check_calls=True) failed on every rank; "
             "no data moved:\n  " + "\n  ".join(lines)
         )
         if local is not None:
