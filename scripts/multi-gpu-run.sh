@@ -76,6 +76,6 @@ for tp in 4 8; do
 done
 if [ "$mps" = 1 ]; then echo quit | nvidia-cuda-mps-control; mps=0; echo "MPS daemon stopped"; fi
 
-python3 -m logits_gather.bench.spread "$out" | tee "$out/spread_target.txt"
+python3 -m logits_gather.bench.gather.spread "$out" | tee "$out/spread_target.txt"
 echo "total $SECONDS s; files in $out:"
 ls "$out"

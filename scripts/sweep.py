@@ -24,6 +24,7 @@ sys.path.insert(0, os.getcwd())
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from logits_gather.bench.plan import NVLS_OFF  # noqa: E402
 from tests.dist import run_ranks  # noqa: E402
 from tests.gpu import placement_env, rank_device  # noqa: E402
 
@@ -160,12 +161,7 @@ def main() -> None:
     a = p.parse_args()
     a.rows = [int(r) for r in a.rows.split(",")]
     a.graph_rows = [int(r) for r in a.graph_rows.split(",") if r]
-    for k, v in {
-        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-        "NCCL_NVLS_ENABLE": "0",
-        "NVSHMEM_DISABLE_NVLS": "1",
-    }.items():
-        os.environ[k] = v
+    os.environ.update(NVLS_OFF)
     res = run_ranks(_rank, a.world, a, env=placement_env(a.placement), timeout=580)[0]
     os.makedirs(a.out, exist_ok=True)
     name = f"sweep_tp{a.world}_{a.placement}_V{a.vocab}.json"

@@ -23,11 +23,7 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
-NVLS_OFF = {
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NCCL_NVLS_ENABLE": "0",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
+from logits_gather.bench.plan import NVLS_OFF
 
 
 def free_port() -> int:

@@ -132,7 +132,7 @@ def test_vocab_not_divisible(tmp_path: Path) -> None:
 def test_usage_errors_exit_2_before_any_rank_starts(tmp_path: Path, capsys) -> None:
     """Each refused by the parent within seconds, before any rank is started (in-process:
     ``main`` would spawn ranks only after these checks pass)."""
-    from logits_gather.bench.launch import main
+    from logits_gather.bench import main
 
     blocker = tmp_path / "a_file"
     blocker.write_text("")

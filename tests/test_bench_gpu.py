@@ -51,7 +51,7 @@ def _ctx(rank: int, world: int, placement: str):
 
 
 def _probes(rank: int, world: int, placement: str) -> dict:
-    from logits_gather.bench import barrier_probe, push_probe
+    from logits_gather.bench.gather import barrier_probe, push_probe
     from logits_gather.bench.timing import CudaClock
 
     ctx = _ctx(rank, world, placement)
@@ -81,7 +81,7 @@ def test_limit_probes(world: int, placement: str) -> None:
 
 
 def _dead_peer(rank: int, world: int, placement: str) -> float:
-    from logits_gather.bench import barrier_probe
+    from logits_gather.bench.gather import barrier_probe
 
     ctx = _ctx(rank, world, placement)
     probe = barrier_probe.BarrierProbe(ctx)
@@ -108,7 +108,7 @@ def test_barrier_probe_dead_peer_times_out(placement: str) -> None:
 
 
 def barrier_probe_timeout_s() -> float:
-    from logits_gather.bench.barrier_probe import TIMEOUT_NS
+    from logits_gather.bench.gather.barrier_probe import TIMEOUT_NS
 
     return TIMEOUT_NS / 1e9
 

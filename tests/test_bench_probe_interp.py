@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = r"""
 import torch
-from logits_gather.bench import barrier_probe as bp
+from logits_gather.bench.gather import barrier_probe as bp
 
 bp.kernel()
 bp.globaltimer = lambda: 0  # the interpreter runs inline asm nowhere: time stands still

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 
 from logits_gather import sampling
-from logits_gather.bench import sampling as bench
-from logits_gather.bench import sampling_peers as peers
-from logits_gather.bench import sampling_run
+from logits_gather.bench.sampling import measure as sampling_run
+from logits_gather.bench.sampling import options as bench
+from logits_gather.bench.sampling import peers
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--device", "cpu", "--rows", "1,3", "--vocab", "1024"]

@@ -11,14 +11,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from logits_gather.bench import limit, plan, report, targets
+from logits_gather.bench import plan
 from logits_gather.bench.cli import UsageError, parse
+from logits_gather.bench.gather import limit, report, targets
 
 BENCH = Path(__file__).resolve().parents[1] / "logits_gather" / "bench"
 
 
 def _plan(args: list[str], gpus: int, env: dict | None = None) -> plan.Plan:
-    return plan.make_plan(parse(args), env=env or {}, gpus=gpus)
+    return plan.plan_ranks(parse(args), env=env or {}, gpus=gpus)
 
 
 def test_placement() -> None:
@@ -171,7 +172,7 @@ def test_targets_met_missed_and_not_measured() -> None:
 
 def test_world_size_one_probe_keys_buffers_by_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two vocabularies at the same M once reused one buffer and crashed."""
-    from logits_gather.bench import probes
+    from logits_gather.bench.gather import side as probes
 
     calls = []
     monkeypatch.setattr(
@@ -202,13 +203,13 @@ def test_imports_are_one_way() -> None:
         } | {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
 
     for name in ("worker.py", "plan.py", "preflight.py", "cli.py"):
-        assert "launch" not in imports(name), name
-    for name in ("barrier_probe.py", "push_probe.py", "limit.py"):
+        assert "ranks" not in imports(name), name
+    for name in ("gather/barrier_probe.py", "gather/push_probe.py", "gather/limit.py"):
         assert not any("kernel" in m or m.endswith("push") for m in imports(name)), name
 
 
 def test_spread_target_across_runs(tmp_path: Path) -> None:
-    from logits_gather.bench import spread
+    from logits_gather.bench.gather import spread
 
     def doc(mode: str, tp: int, us: float | None) -> dict:
         graph = {"ours": {"status": "ok", "median": us}} if us else {}

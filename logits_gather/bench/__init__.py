@@ -1,5 +1,21 @@
 """``python -m logits_gather.bench``: LogitsGather against the all-gathers it replaces.
 
+Three benchmarks share one core; each lives in its own subpackage (a wing):
+
+* ``python -m logits_gather.bench``: the gather benchmark (``gather/``; its methods,
+  limit, timing protocol and traps are in ``gather/__init__.py``);
+* ``python -m logits_gather.bench --head H``: the LM head plus the gather
+  (``lm_head/``);
+* ``python -m logits_gather.bench.sampling``: the vocab-parallel sampler against
+  vLLM's (``sampling/``).
+
+The core: ``cli.py`` (the arguments of ``python -m logits_gather.bench``),
+``plan.py`` (placement and each rank's environment), ``preflight.py`` (checks before
+any rank starts), ``ranks.py`` (the one rank launcher of every benchmark),
+``worker.py`` (one rank of ``python -m logits_gather.bench``), ``timing.py`` (the
+clocks), ``report.py`` (what every report shares), ``machine.py``, ``plot.py`` and
+``progress.py``. :func:`main` below ties the command together.
+
 Runs and placement (``plan.py``)
 --------------------------------
 The command starts its own ranks (``--tp`` picks how many; default: every visible
@@ -25,108 +41,39 @@ estimated memory fits (``preflight.py``); bad arguments exit with code 2.
 Outputs: ``bench_tp{tp}_{placement}_{dtype}_V{V1-V2...}.{txt,json,png}`` in ``--out``
 (placement ``2gpu``, ``2gpu-4pergpu-latency-only``, ``1gpu-2pergpu-latency-only``,
 ``cpu``): the printed tables, everything measured, the plot.
-
-Methods (interleaved: at each M every method runs, in alternating order)
------------------------------------------------------------------------
-* ``stock``: vLLM's ``all_gather(dim=-1)``: ``all_gather_into_tensor`` into
-  ``[tp*M, N]``, then ``reshape(tp, M, N).movedim(0, 1).reshape(M, tp*N)`` (a copy).
-* ``nccl_symm``: the same, from and into NCCL-window memory, so NCCL may use its
-  symmetric kernels. torch's symmetric-memory backend is process-global and
-  cannot change after the first symmetric allocation, and ``ours`` allocates
-  with the default one, so by default (``--nccl-symm-route mempool``) the windows
-  come from a ``torch.cuda.MemPool`` on the NCCL allocator, registered with
-  ``register_mem_pool(pool, symm=True)`` (the same ``ncclMemAlloc`` plus
-  ``ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC)``). ``--nccl-symm-route
-  symm_mem`` uses ``set_backend("NCCL")`` plus ``rendezvous`` instead, for every
-  symmetric buffer of the run, ours included. Whether NCCL really ran its
-  symmetric kernels is read from a profile: their names start ``ncclSymk``.
-* ``ce_pull``: ``torch.ops.symm_mem._low_contention_all_gather`` (copy-engine
-  pulls between two barriers) from symmetric inputs, then the permute.
-* ``ours``: ``LogitsGather`` (``--ours-backend``, default ``auto``).
-* ``ours_checked`` (opt-in: ``--methods ...,ours_checked``): ``LogitsGather(...,
-  check_calls=True)``, which verifies on every call that all ranks agree on the
-  call index, M and dtype; timed next to ``ours`` (device and host µs) to state
-  what the checks cost. Unavailable, with the reason, where the keyword is missing.
-* ``limit``: the measured ceiling (``limit.py``), ``floor + egress / bandwidth`` with
-  egress per rank ``(tp-1)/tp * M * V * bytes``.
-  - floor: an independent minimal barrier (``barrier_probe.py``, shares no code with
-    our kernel): one CTA per rank signals every rank with one vector release atomic,
-    then acquire-spins on its own flag; epochs on the device; timed under CUDA-graph
-    replay (20 launches per graph), µs per launch, max over ranks.
-  - bandwidth: the best of two push probes (``push_probe.py``: ``copy_`` of one chunk
-    into each peer's symmetric buffer, and a Triton kernel storing 16-byte vectors
-    from all SMs into every peer, all ranks at once, ``--limit-mib`` egress) and ours
-    at its best M with the floor taken off (so it is not counted twice).
-  - ``% of limit = 100 * limit / ours`` is clipped at 100; the raw value stays in the
-    JSON (``pct_of_limit_raw``) and the cell shows ``100%*`` with a footnote. On CPU
-    (gloo) and when ranks share GPUs the limit means nothing: n/a.
-  The probes run once per run and are in the JSON.
-
-Unavailable methods are reported with the reason, never silently dropped.
-
-Timing protocol
----------------
-1. Correctness gate first: each method, each M, three calls, compared bit for bit
-   with ``torch.cat`` of every rank's shard (random bit patterns from a shared
-   seed, NaN and inf included). A WRONG method is reported and never timed.
-2. Per M and method: ``--warmup`` calls, whose wall time (slowest rank) sizes the
-   bursts (about ``--budget-ms`` each, 3 to ``--iters`` calls).
-3. Device time: CUDA events around a burst of back-to-back calls. A spin kernel
-   (``torch.cuda._sleep``) holds the stream while the host enqueues the burst, and
-   one untimed call after it lines the ranks up. Median over ``--bursts`` bursts
-   per rank, then the max over ranks (a collective is as slow as its slowest rank).
-4. Two passes, the second in reverse method order; the table shows the median of
-   all bursts and the spread between the passes' values.
-5. Inputs rotate through ``--sets`` independent sets, so no call reads data that
-   the previous call left in L2.
-6. Host cost per eager call (ours, stock and, at world size 1, an NCCL
-   ``all_gather_into_tensor`` on a 1-rank NCCL subgroup and vLLM's stock path):
-   the wall time of issuing many calls without synchronising (the device held by
-   a spin so a draining queue cannot stall the host), divided by the count.
-   Targets: ours <= 5 µs and <= 0.5x the NCCL call; printed as met or missed.
-7. CUDA graphs (ours, stock): ``--graph-calls`` calls captured in one graph
-   (``capture_error_mode="thread_local"``), replayed back to back between events;
-   µs per captured call and the ratio to eager. Graph outputs are checked too.
-8. On CPU: ``time.perf_counter`` around bursts after a barrier; host cost and graphs
-   are skipped (they need CUDA), and the output says so.
-9. Targets (``targets.py``), from the same run, each met / MISSED / not measured:
-   ours/stock <= 0.60 at M=1 and <= 0.38 at M=64; under graph replay ours/stock <=
-   0.55 at M=1; >= 90% of the limit at every M and >= 95% at M >= 64; faster than
-   nccl_symm at every M. Across runs, ``python -m logits_gather.bench.spread OUTDIR``
-   checks tp=8 spread graph replay at M=1 against <= 1.6x the tp=2 figure.
-
-Traps that once produced wrong conclusions
-------------------------------------------
-* Cache-resident inputs: repeating one input measures L2, not HBM or NVLink.
-* One GPU, several processes: "peer" traffic never leaves the GPU and the ranks
-  share its SMs (time-sliced without MPS: milliseconds per call). Such timings
-  say nothing about NVLink; the output says so in capitals. Spread placements
-  (several ranks on each of several GPUs) cross real links but share them: latency
-  only, never bandwidth.
-* A limit measured on ours flatters ours: the old floor (ours at M=1) grew whenever
-  our barrier got slower. The floor is now an independent probe; a % above 100
-  means the ceiling was measured low, so it is clipped and flagged, never shown.
-* Serialised signals: scalar release atomics issued one after another each wait
-  out an NVLink round trip (8 peers: ~4x the cost of one); the floor probe signals
-  all ranks with one vector atomic.
-* Output files named without V or placement overwrote each other; they carry both.
-* JIT host cost: Triton's ``kernel[grid](...)`` dispatch costs 10-20 µs per call;
-  the first call also compiles. Ours launches precompiled kernels, and warm-up
-  keeps compilation and NCCL communicator creation out of every measurement.
-* No warm-up: first calls pay for lazy module loading, allocator growth, NCCL
-  setup and clocks ramping up.
-* Events around eager calls measure ``max(host, device)``: stock at small M is
-  host-bound, so without the spin its "device time" is really Python's speed.
-* Rank 0's time alone: the slowest rank sets a collective's latency.
-* vLLM runs ``compute_logits`` eagerly, outside its CUDA graphs, so host cost is
-  part of the real latency; graph replay shows the device-only floor.
-* At world size 1 vLLM's reshape is a view; the world-size-1 stock probe forces
-  the permute copy so that it costs what it costs at tp > 1.
-* ``set_backend("NCCL")`` after ours allocated fails ("can not be changed after
-  use"); see ``nccl_symm`` above.
-* NCCL falls back from its symmetric kernels silently; the profile says which ran.
 """
 
-from .launch import main
+from __future__ import annotations
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m logits_gather.bench``: parse, place the ranks, check, start them."""
+    import sys
+
+    from . import ranks, worker
+    from .cli import UsageError, parse
+    from .plan import plan_ranks, rank_env
+    from .preflight import check_memory, check_out
+
+    try:
+        cfg = parse(argv)
+        plan = plan_ranks(cfg)
+        check_out(cfg.out)
+        check_memory(cfg, plan)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    env = rank_env(plan)
+    if plan.torchrun:
+        return ranks.in_process(worker.run, (cfg, plan), env)
+    return ranks.spawn(
+        worker.run,
+        (cfg, plan),
+        world=plan.tp,
+        env=env,
+        stall_s=cfg.stall_timeout,
+        what=f"{plan.tp} ranks, {plan.mode}",
+    )
+
 
 __all__ = ["main"]

@@ -2,7 +2,7 @@
 
 import sys
 
-from .launch import main
+from . import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,6 @@
-"""Command line: the arguments, the ``--quick`` defaults and their validation."""
+"""The command line of ``python -m logits_gather.bench`` (the gather benchmark and
+``--head``): the arguments, the ``--quick`` defaults and their validation; the
+:class:`UsageError` and the list parser every benchmark's command line uses."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ class UsageError(ValueError):
 
 
 @dataclass(frozen=True)
-class Config:
+class BenchConfig:
     tp: int | None
     rows: tuple[int, ...]
     vocabs: tuple[int, ...]
@@ -57,7 +59,7 @@ class Config:
     seed: int
     quick: bool
     fail_rank: int | None = None
-    head: int | None = None  # --head H: the LM-head benchmark (bench/head.py) instead
+    head: int | None = None  # --head H: the LM-head benchmark (bench/lm_head/) instead
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -71,13 +73,12 @@ class Config:
         return asdict(self)
 
 
-def _ints(text: str, flag: str) -> tuple[int, ...]:
+def int_list(text: str, flag: str) -> tuple[int, ...]:
+    """``"1,4,16"`` as ``(1, 4, 16)``: every benchmark's list options go through here."""
     try:
         values = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
     except ValueError:
-        raise UsageError(
-            f"{flag} must be a comma-separated list of integers, got {text!r}"
-        ) from None
+        raise UsageError(f"{flag} must be comma-separated integers, got {text!r}") from None
     if not values or any(v < 1 for v in values):
         raise UsageError(f"{flag} must list positive integers, got {text!r}")
     return values
@@ -172,7 +173,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv: list[str] | None = None) -> Config:
+def parse(argv: list[str] | None = None) -> BenchConfig:
     a = parser().parse_args(argv)
     methods = tuple(m for m in a.methods.replace(" ", "").split(",") if m)
     unknown = [m for m in methods if m not in METHODS]
@@ -202,9 +203,9 @@ def parse(argv: list[str] | None = None) -> Config:
         )
     if a.stall_timeout <= 0:
         raise UsageError(f"--stall-timeout must be positive, got {a.stall_timeout}")
-    rows = tuple(sorted(set(_ints(a.rows, "--rows"))))
-    vocabs = tuple(dict.fromkeys(_ints(a.vocab, "--vocab")))
-    return Config(
+    rows = tuple(sorted(set(int_list(a.rows, "--rows"))))
+    vocabs = tuple(dict.fromkeys(int_list(a.vocab, "--vocab")))
+    return BenchConfig(
         tp=a.tp,
         rows=rows,
         vocabs=vocabs,

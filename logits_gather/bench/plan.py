@@ -10,7 +10,7 @@
 * ``colocated``: every rank on cuda:0 (``--colocate``, or only one GPU visible): the
   spread placement with ``G = 1``; no peer store leaves the GPU.
 
-Imported by both the launcher and the worker; imports neither (imports stay one-way).
+Imported by the entry points and the worker; imports none of them (imports stay one-way).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .cli import Config, UsageError, check_divisible
+from .cli import BenchConfig, UsageError, check_divisible
 
 NVLS_OFF = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -79,7 +79,9 @@ def _visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def make_plan(cfg: Config, env: Mapping[str, str] = os.environ, gpus: int | None = None) -> Plan:
+def plan_ranks(
+    cfg: BenchConfig, env: Mapping[str, str] = os.environ, gpus: int | None = None
+) -> Plan:
     torchrun = "RANK" in env and "WORLD_SIZE" in env
     world = int(env["WORLD_SIZE"]) if torchrun else None
     if torchrun and cfg.tp is not None and cfg.tp != world:
@@ -130,7 +132,7 @@ def make_plan(cfg: Config, env: Mapping[str, str] = os.environ, gpus: int | None
     )
 
 
-def _done(cfg: Config, plan: Plan) -> Plan:
+def _done(cfg: BenchConfig, plan: Plan) -> Plan:
     if plan.tp < (1 if cfg.head is not None else 2):
         raise UsageError(f"the run needs at least 2 ranks, got {plan.tp}")
     check_divisible(cfg.vocabs, plan.tp)

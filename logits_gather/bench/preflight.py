@@ -3,7 +3,7 @@ writable, and the run's memory must fit.
 
 Memory per rank is estimated from the configuration (bytes, summed over the
 vocabularies, since every method's buffers are kept until the run ends: see
-``probes.KEPT``). With ``U = capacity * V * bytes`` (one full ``[capacity, V]``
+``gather/side.py``'s ``KEPT``). With ``U = capacity * V * bytes`` (one full ``[capacity, V]``
 output) and ``S = --sets``:
 
 * inputs: every rank builds every rank's shards, ``S * U``, plus one expected output;
@@ -26,7 +26,7 @@ import os
 import subprocess
 from typing import Any
 
-from .cli import Config, UsageError
+from .cli import BenchConfig, UsageError
 from .machine import nvidia_smi_rows
 
 HEADROOM = 0.9  # of free memory the run may plan to use
@@ -48,7 +48,7 @@ def check_out(out: str) -> None:
         ) from None
 
 
-def estimate(cfg: Config, tp: int, cuda: bool) -> dict[str, int]:
+def estimate(cfg: BenchConfig, tp: int, cuda: bool) -> dict[str, int]:
     """Bytes one rank needs, by item."""
     item = {"bf16": 2, "fp16": 2, "fp32": 4}[cfg.dtype]
     if cfg.head is not None:
@@ -75,7 +75,7 @@ def estimate(cfg: Config, tp: int, cuda: bool) -> dict[str, int]:
     return units
 
 
-def _head_estimate(cfg: Config, tp: int, cuda: bool, item: int) -> dict[str, int]:
+def _head_estimate(cfg: BenchConfig, tp: int, cuda: bool, item: int) -> dict[str, int]:
     """``--head H``: this rank's weight and one regenerated peer weight for the check,
     ours' five slots and stock's two buffers, the checked outputs of every M (four
     methods) and the fp32 reference block."""
@@ -127,7 +127,7 @@ def _host_free_bytes() -> int | None:
     return None
 
 
-def check_memory(cfg: Config, plan: Any) -> None:
+def check_memory(cfg: BenchConfig, plan: Any) -> None:
     """Parent side: refuses a run that cannot fit, before any rank starts."""
     cuda = plan.mode != "cpu"
     need = estimate(cfg, plan.tp, cuda)

@@ -1,9 +1,9 @@
-"""One rank: process groups, device, agreement helpers, and the run from start to report."""
+"""One rank of ``python -m logits_gather.bench``: process groups, device, agreement
+helpers, the memory check, then the gather wing's run or the LM-head wing's."""
 
 from __future__ import annotations
 
 import datetime
-import gc
 import os
 import warnings
 from collections.abc import Callable
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .cli import Config
+from .cli import BenchConfig
 from .plan import Plan
 
 
@@ -21,7 +21,7 @@ from .plan import Plan
 class Ctx:
     """What every part of the benchmark needs to know about this rank."""
 
-    cfg: Config
+    cfg: BenchConfig
     plan: Plan
     rank: int
     world: int
@@ -73,7 +73,7 @@ def _init(plan: Plan, rank: int, device: torch.device, timeout_s: float) -> None
         dist.init_process_group(**kwargs)
 
 
-def setup(cfg: Config, plan: Plan, rank: int, beat: Callable[[str], None]) -> Ctx:
+def setup(cfg: BenchConfig, plan: Plan, rank: int, beat: Callable[[str], None]) -> Ctx:
     local = int(os.environ.get("LOCAL_RANK", rank))
     device = plan.device(local)
     if device.type == "cuda":
@@ -92,7 +92,7 @@ def setup(cfg: Config, plan: Plan, rank: int, beat: Callable[[str], None]) -> Ct
     )
 
 
-def run(cfg: Config, plan: Plan, rank: int, beat: Callable[[str], None]) -> None:
+def run(cfg: BenchConfig, plan: Plan, rank: int, beat: Callable[[str], None]) -> None:
     warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*deprecated.*")
     ctx = setup(cfg, plan, rank, beat)
     try:
@@ -104,12 +104,7 @@ def run(cfg: Config, plan: Plan, rank: int, beat: Callable[[str], None]) -> None
 
 
 def _run(ctx: Ctx) -> None:
-    from . import limit, machine, report
     from .preflight import check_rank
-    from .probes import WorldSizeOne, release_all
-    from .progress import Progress
-    from .suite import bench_vocab
-    from .timing import make_clock
 
     cfg = ctx.cfg
     if cfg.fail_rank == ctx.rank:
@@ -123,44 +118,10 @@ def _run(ctx: Ctx) -> None:
     if reason:
         raise MemoryError(reason)
     if cfg.head is not None:  # the LM-head benchmark: its own inputs, methods and report
-        from .head import run_head
+        from .lm_head.run import run_head
 
         run_head(ctx)
-        return
-    info = machine.describe(ctx) if ctx.rank == 0 else None
-    if ctx.rank == 0:
-        report.preamble(info, ctx)
-    clock = make_clock(ctx)
-    results = []
-    with Progress(total=len(cfg.vocabs) * (len(cfg.rows) + 1) + 1, enabled=ctx.rank == 0) as bar:
-        bar.label("limit probes")
-        limits = limit.probes(ctx, clock)
-        ws1 = WorldSizeOne(ctx) if ctx.cuda and cfg.host else None
-        bar.step()
-        side = {"limits": limits, "ws1": ws1}
-        for vocab in cfg.vocabs:
-            results.append(bench_vocab(ctx, clock, vocab, bar, side))
-            gc.collect()
-    ctx.beat("report")
-    ctx.barrier()
-    if ctx.rank == 0:
-        report.finish(info, ctx, results)
-    ctx.sync()
-    ctx.barrier()
-    timed = [
-        n
-        for res in results
-        for n, st in res["methods"].items()
-        if n != "limit" and st["status"] == "ok"
-    ]
-    if not timed:  # every rank raises: a run that timed nothing must not exit 0
-        raise RuntimeError(
-            "no method could be timed: "
-            + "; ".join(
-                f"{n} {st['status']}: {st.get('reason')}" for n, st in results[0]["methods"].items()
-            )
-        )
-    ctx.barrier()
-    release_all()  # every rank at once: no peer is still writing into what is freed
-    ctx.sync()
-    ctx.barrier()
+    else:
+        from .gather.run import run_gather
+
+        run_gather(ctx)

@@ -10,7 +10,7 @@ Per rank: a random ``[V/tp, H]`` weight (seeded by rank, generated on the device
   else ``F.linear`` + the gather: the path column says which);
 * ``head alone``: ``F.linear`` (no gather: the floor every other method pays).
 
-Inputs and the correctness gate: ``head_check.py``. Then device time per call with the main
+Inputs and the correctness gate: ``gate.py``. Then device time per call with the gather
 benchmark's clocks and bursts (``timing.py``): two passes, the second in reverse
 order, median over bursts per rank, max over ranks. At world size 1 there are no
 peers: ``fused`` against ``head alone`` is the point there. Graph replay and host
@@ -25,10 +25,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .head_check import check_all, hidden_sets, weight_of
-from .head_report import finish
-from .methods import ALL_GATHER
-from .timing import burst_size, make_clock, schedule, summarize
+from ..gather.methods import ALL_GATHER
+from ..timing import burst_size, make_clock, schedule, summarize
+from .gate import check_all, hidden_sets, weight_of
+from .report import finish
 
 METHODS = ("cublas+stock", "cublas+ours", "fused", "head alone")
 
@@ -98,7 +98,7 @@ def run_head(ctx: Any) -> None:
     """The ``--head`` run on this rank, from inputs to the report (rank 0 writes it)."""
     from logits_gather.head.route import kernel_problem, planned_path
 
-    from . import machine
+    from .. import machine
 
     cfg = ctx.cfg
     info = machine.describe(ctx) if ctx.rank == 0 else None

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..timing import schedule
 from .methods import ALL_GATHER
-from .timing import schedule
 
 # Symmetric buffers kept until the process ends: a freed symmetric block is reused
 # at an offset by later allocations, which readers that ignore offsets (torch's

@@ -50,7 +50,7 @@ def ours_calls(shard: torch.Tensor, temp, seeds, positions, *, capacity: int) ->
     keyword; ``positions`` is passed only when ``sample`` takes it, and
     ``check_values=False`` (no host sync, so the calls capture) only when the class
     takes it."""
-    from .. import sampling
+    from ... import sampling
 
     cls = sampling.VocabParallelSampler
     opts = {"check_values": False} if "check_values" in signature(cls).parameters else {}

@@ -6,11 +6,11 @@ from typing import Any
 
 import torch
 
+from ..timing import burst_size, schedule, summarize
 from . import limit as limit_mod
-from . import probes
-from .data import InputSets, check
+from . import side
+from .inputs import InputSets, check
 from .methods import BUILDERS, Method
-from .timing import burst_size, schedule, summarize
 
 GRAPHED = ("stock", "ours")
 
@@ -26,7 +26,7 @@ def _build(ctx: Any, columns: int, mine: list[torch.Tensor]) -> tuple[dict, dict
             try:
                 problem = step()
             except Exception as exc:  # noqa: BLE001 - becomes an "unavailable" row
-                problem = probes.failure_text(exc)
+                problem = side.failure_text(exc)
             reason = ctx.first_reason(problem)
             if reason:
                 status[name] = {"status": "unavailable", "reason": reason}
@@ -52,7 +52,7 @@ def _gate(ctx: Any, data: InputSets, methods: dict[str, Method], status: dict) -
                         problem = ("WRONG", f"M={m}, call {k}: {diff}")
             ctx.sync()
         except Exception as exc:  # noqa: BLE001
-            problem = ("unavailable", f"raised during the check: {probes.failure_text(exc)}")
+            problem = ("unavailable", f"raised during the check: {side.failure_text(exc)}")
         everyone = ctx.gather(problem)
         bad = [(r, p) for r, p in enumerate(everyone) if p]
         if bad:
@@ -62,7 +62,7 @@ def _gate(ctx: Any, data: InputSets, methods: dict[str, Method], status: dict) -
                 "reason": "; ".join(f"rank {r}: {p[1]}" for r, p in bad),
             }
             meth.close()
-            probes.keep_alive(meth)
+            side.keep_alive(meth)
             del methods[name]
 
 
@@ -142,7 +142,7 @@ def _graph(
     try:
         graph, outs = clock.capture(meth, schedule(xs, calls))
     except Exception as exc:  # noqa: BLE001
-        problem = f"capture failed: {probes.failure_text(exc)}"
+        problem = f"capture failed: {side.failure_text(exc)}"
     reason = ctx.first_reason(problem)
     if reason:
         return {"status": "unavailable", "reason": reason}
@@ -164,8 +164,8 @@ def _graph(
     return out
 
 
-def bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Any, side: dict[str, Any]) -> dict:
-    """Everything for one V; ``side`` holds the run-wide probes (``limits``: see
+def bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Any, probes: dict[str, Any]) -> dict:
+    """Everything for one V; ``probes`` holds the run-wide probes (``limits``: see
     ``limit.probes``; ``ws1``)."""
     cfg = ctx.cfg
     columns = vocab // ctx.world
@@ -182,14 +182,14 @@ def bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Any, side: dict[str, Any]
     bar.label(f"V={vocab} build and check")
     methods, status = _build(ctx, columns, data.mine(ctx.rank))
     _gate(ctx, data, methods, status)
-    kernels = probes.nccl_kernels(ctx, methods, cfg.rows)
-    ws1 = side["ws1"]
+    kernels = side.nccl_kernels(ctx, methods, cfg.rows)
+    ws1 = probes["ws1"]
     bar.step()
     rows = []
     for m in cfg.rows:
         rows.append(_row(ctx, clock, data, methods, ws1, m, bar))
         bar.step()
-    limit = limit_mod.derive(rows, side["limits"], ctx.plan, cfg)
+    limit = limit_mod.derive(rows, probes["limits"], ctx.plan, cfg)
     if "limit" in cfg.methods:
         status["limit"] = {
             "status": "ok" if limit["status"] == "ok" else "unavailable",
@@ -202,8 +202,8 @@ def bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Any, side: dict[str, Any]
         try:
             meth.close()
         except Exception as exc:  # noqa: BLE001 - the figures are in; report and go on
-            status[name]["close"] = f"close failed: {probes.failure_text(exc)}"
-        probes.keep_alive(meth)
+            status[name]["close"] = f"close failed: {side.failure_text(exc)}"
+        side.keep_alive(meth)
     ctx.sync()
     ctx.barrier()
     return {

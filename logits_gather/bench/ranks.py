@@ -1,11 +1,12 @@
-"""Starting the ranks: the run's plan, one spawned process per rank, or torchrun's.
+"""The one rank launcher of every benchmark: one spawned process per rank, or torchrun's.
 
-The parent never touches a GPU (placement: ``plan.py``; checks before the start:
-``preflight.py``). It watches a queue: every rank reports a
-heartbeat at each step, then ``ok`` or its traceback. The first traceback ends
-the run (the other ranks get a short grace period, then are killed, since they
-are likely blocked in a collective with the dead rank); a rank that is silent
-for ``--stall-timeout`` seconds, or dies without a word, ends it too.
+The parent never touches a GPU. It watches a queue: every rank reports a heartbeat
+at each step, then ``ok`` or its traceback. The first traceback ends the run (the
+other ranks get a short grace period, then are killed, since they are likely blocked
+in a collective with the dead rank); a rank that is silent for ``stall_s`` seconds,
+or dies without a word, ends it too.
+
+A rank runs ``target(*args, rank, beat)``, with ``beat(label)`` its heartbeat.
 """
 
 from __future__ import annotations
@@ -16,44 +17,56 @@ import socket
 import sys
 import time
 import traceback
-
-from .cli import Config, UsageError, parse
-from .plan import Plan, make_plan, rank_env
-from .preflight import check_memory, check_out
+from collections.abc import Callable, Mapping
+from typing import Any
 
 GRACE_S = 5.0
+Target = Callable[..., None]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _child(cfg: Config, plan: Plan, rank: int, port: int, q) -> None:
-    os.environ.update(rank_env(plan))
+def _child(
+    target: Target,
+    args: tuple,
+    env: Mapping[str, str],
+    world: int,
+    rank: int,
+    port: int,
+    q: Any,
+    hard_exit: bool,
+) -> None:
+    os.environ.update(env)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         RANK=str(rank),
-        WORLD_SIZE=str(plan.tp),
+        WORLD_SIZE=str(world),
         LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(plan.tp),
+        LOCAL_WORLD_SIZE=str(world),
         GLOO_SOCKET_IFNAME="lo",
     )
     try:
-        from .worker import run
-
-        run(cfg, plan, rank, beat=lambda label: q.put(("beat", rank, label)))
+        target(*args, rank, lambda label: q.put(("beat", rank, label)))
         q.put(("ok", rank, None))
     except BaseException:  # noqa: BLE001 - everything goes back to the parent
         q.put(("error", rank, traceback.format_exc()))
         q.close()
         q.join_thread()
         os._exit(1)  # skip teardown: peers may be dead, and NCCL teardown could block
+    if hard_exit:  # the results are out: skip a teardown that could hang or abort
+        q.close()
+        q.join_thread()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
-def _watch(procs, q, stall_s: float) -> list[str]:
+def _watch(procs: list, q: Any, stall_s: float | None) -> list[str]:
     """Waits for every rank; returns the problems, empty when all went well."""
     n = len(procs)
     done: set[int] = set()
@@ -77,7 +90,7 @@ def _watch(procs, q, stall_s: float) -> list[str]:
                 continue
             if p.exitcode is not None and q.empty():
                 errors[r] = f"rank {r} died with exit code {p.exitcode} at step {last[r][1]!r}"
-            elif now - last[r][0] > stall_s:
+            elif stall_s is not None and now - last[r][0] > stall_s:
                 errors[r] = (
                     f"rank {r} stalled: no progress for {stall_s:.0f} s after step "
                     f"{last[r][1]!r} (killed)"
@@ -89,22 +102,38 @@ def _watch(procs, q, stall_s: float) -> list[str]:
     return [errors[r] for r in sorted(errors)]
 
 
-def spawn(cfg: Config, plan: Plan) -> int:
+def spawn(
+    target: Target,
+    args: tuple,
+    *,
+    world: int,
+    env: Mapping[str, str],
+    stall_s: float | None,
+    what: str,
+    hard_exit: bool = False,
+) -> int:
+    """Runs ``world`` ranks, each with ``env`` set before anything starts; 0 when every
+    rank finished, else 1 after printing the problems (``what`` names the run)."""
     import torch.multiprocessing as mp
 
-    os.environ.update(rank_env(plan))  # inherited by the children before anything starts
+    os.environ.update(env)  # inherited by the children before anything starts
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [
-        ctx.Process(target=_child, args=(cfg, plan, r, port, q), daemon=True, name=f"bench-rank{r}")
-        for r in range(plan.tp)
+        ctx.Process(
+            target=_child,
+            args=(target, args, env, world, r, port, q, hard_exit),
+            daemon=True,
+            name=f"bench-rank{r}",
+        )
+        for r in range(world)
     ]
     problems: list[str] = []
     try:
         for p in procs:
             p.start()
-        problems = _watch(procs, q, cfg.stall_timeout)
+        problems = _watch(procs, q, stall_s)
     except KeyboardInterrupt:
         problems = ["interrupted"]
     finally:
@@ -124,30 +153,13 @@ def spawn(cfg: Config, plan: Plan) -> int:
         q.close()
         q.join_thread()
     if problems:
-        print(
-            f"\nbenchmark FAILED ({plan.tp} ranks, {plan.mode}):\n" + "\n".join(problems),
-            file=sys.stderr,
-        )
+        print(f"\nbenchmark FAILED ({what}):\n" + "\n".join(problems), file=sys.stderr)
         return 1
     return 0
 
 
-def in_process(cfg: Config, plan: Plan) -> int:
+def in_process(target: Target, args: tuple, env: Mapping[str, str]) -> int:
     """torchrun started us: this process is one rank."""
-    os.environ.update(rank_env(plan))
-    from .worker import run
-
-    run(cfg, plan, int(os.environ["RANK"]), beat=lambda label: None)
+    os.environ.update(env)
+    target(*args, int(os.environ["RANK"]), lambda label: None)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        cfg = parse(argv)
-        plan = make_plan(cfg)
-        check_out(cfg.out)
-        check_memory(cfg, plan)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return in_process(cfg, plan) if plan.torchrun else spawn(cfg, plan)

@@ -1,5 +1,6 @@
 """The sampling benchmark's report: tables, targets, JSON and PNG, from every rank's
-measurements (median of bursts per rank, then the max over ranks: :func:`.timing.summarize`).
+measurements (median of bursts per rank, then the max over ranks: ``summarize`` in
+``bench/timing.py``).
 
 Ratios are ours / peer: below 1 means ours is faster; lower is better everywhere."""
 
@@ -9,8 +10,9 @@ import json
 import os
 from typing import Any
 
-from .sampling_peers import OPS
-from .timing import summarize
+from ..plot import SKIPPED, pyplot, save
+from ..timing import summarize
+from .peers import OPS
 
 PEERS = ("vllm", "torch")
 # Against vLLM's own kernels, graph replay at every M (eager: EAGER_TARGET for every op).
@@ -162,13 +164,9 @@ def _keyed(cells: dict) -> dict:
 
 def plot(doc: dict, path: str, rows: list[int]) -> str:
     """Latency against M, log-log, one panel per op; solid eager, dashed graph replay."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "PNG skipped: matplotlib is not installed"
+    plt = pyplot()
+    if plt is None:
+        return SKIPPED
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), squeeze=False)
     colors = {"ours": "tab:blue", "vllm": "tab:red", "torch": "tab:gray"}
     for ax, op in zip(axes.flat, OPS, strict=True):
@@ -190,7 +188,4 @@ def plot(doc: dict, path: str, rows: list[int]) -> str:
         ax.set(xscale="log", yscale="log", title=op, xlabel="M (rows)", ylabel="us per call")
         ax.legend(fontsize=7)
     fig.suptitle(doc["setup"]["where"] + " (lower is better)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return f"wrote {path}"
+    return save(plt, fig, path, dpi=90)

@@ -1,4 +1,4 @@
-"""``python -m logits_gather.bench.spread OUTDIR``: the spread target across runs.
+"""``python -m logits_gather.bench.gather.spread OUTDIR``: the spread target across runs.
 
 Target: 8 ranks spread over 2 GPUs, graph replay at M=1, at most 1.6x the tp=2
 figure (one process per GPU) measured alongside it. The two figures come from two
@@ -69,7 +69,7 @@ def compare(outdir: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or not Path(argv[0]).is_dir():
-        print("usage: python -m logits_gather.bench.spread OUTDIR", file=sys.stderr)
+        print("usage: python -m logits_gather.bench.gather.spread OUTDIR", file=sys.stderr)
         return 2
     print("\n".join(compare(Path(argv[0]))))
     return 0

@@ -1,7 +1,8 @@
 """The barrier floor of the limit: an independent minimal all-ranks barrier.
 
 It shares no code with ``logits_gather.kernel``, so the floor does not move when
-our barrier gets slower (the old floor, ours at M=1, flattered ours exactly then).
+our barrier gets slower (a floor taken from ours at M=1 would flatter ours exactly
+then).
 
 Protocol (one CTA per rank, one warp):
 
@@ -116,7 +117,7 @@ class BarrierProbe:
 def barrier_latency(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
     """The floor: µs per launch of the probe under graph replay (max over ranks), or
     why it could not be measured. Collective; ``keep`` holds the symmetric flag."""
-    from .probes import failure_text
+    from .side import failure_text
 
     if not ctx.cuda:
         return {"status": "unavailable", "reason": "needs CUDA (this run is on CPU)"}

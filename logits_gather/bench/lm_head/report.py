@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .report import cell, mode_lines, preamble_lines, table, write
+from ..plot import SKIPPED, pyplot, save
+from ..report import cell, mode_lines, preamble_lines, table, write
 
 TIMED = ("head alone", "fused", "cublas+ours", "cublas+stock")
 # ours / peer: every ratio below 1 means ours is faster
@@ -58,13 +59,9 @@ def lines(res: dict[str, Any], info: dict[str, Any]) -> list[str]:
 
 def plot(doc: dict[str, Any], path: str) -> str:
     """Device µs against M, one line per method, log-log, one panel per V."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "PNG skipped: matplotlib is not installed (pip install 'logits-gather[bench]')"
+    plt = pyplot()
+    if plt is None:
+        return SKIPPED
     results = [r for r in doc["results"] if r["rows"]]
     if not results:
         return "PNG skipped: nothing was timed"
@@ -81,10 +78,7 @@ def plot(doc: dict[str, Any], path: str) -> str:
         ax.legend()
     if doc["latency_only"]:
         fig.suptitle("LATENCY ONLY: ranks share GPUs")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return f"wrote {path}"
+    return save(plt, fig, path)
 
 
 def finish(info: dict[str, Any], ctx: Any, results: list[dict[str, Any]]) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import sampling_peers as peers
-from .timing import make_clock
+from ..timing import make_clock
+from . import peers
 
 PASSES = 2
 
@@ -103,7 +103,7 @@ def _host_guess(clock, calls: dict, cuda: bool) -> dict:
     }
 
 
-def worker(rank: int, world: int, args: Any, kernels: Any) -> dict[str, Any]:
+def measure(rank: int, world: int, args: Any, kernels: Any) -> dict[str, Any]:
     """Everything this rank measured, for rank 0's report."""
     cuda = args.device == "cuda"
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")

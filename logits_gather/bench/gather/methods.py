@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .plan import SHARED_NCCL
+from ..plan import SHARED_NCCL
 
 ALL_GATHER = getattr(dist, "all_gather_into_tensor", None) or dist.all_gather_single
 

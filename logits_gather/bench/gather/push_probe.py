@@ -66,7 +66,7 @@ def _time(ctx: Any, clock: Any, handle: Any, fn: Any, reps: int) -> float:
 
 def push_bandwidth(ctx: Any, clock: Any, keep: list[Any]) -> dict[str, Any]:
     """Collective. ``{"status": "ok", "gbps": best, "candidates": {...}}`` or why not."""
-    from .probes import failure_text
+    from .side import failure_text
 
     if not ctx.cuda:
         return {"status": "unavailable", "reason": "needs CUDA (this run is on CPU)"}

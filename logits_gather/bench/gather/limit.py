@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .plan import LATENCY_ONLY
+from ..plan import LATENCY_ONLY
 
 
 def probes(ctx: Any, clock: Any) -> dict[str, Any]:
     """The run-wide probes (they do not depend on V). Collective."""
-    from . import probes as side
+    from . import side
     from .barrier_probe import barrier_latency
     from .push_probe import push_bandwidth
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .data import check
+from ..gather.inputs import check
 
 GATHERED = ("cublas+stock", "cublas+ours", "fused")
 
