@@ -115,7 +115,7 @@ def plot(doc: dict[str, Any], path: str) -> str:
         ax.set_title(f"tp={info['tp']} H={res['hidden']} V={res['vocab']}")
         ax.legend(fontsize=7)
     title, color = banner(info, "logits_gather --head")
-    fig.suptitle(title, color=color)
+    fig.suptitle(title, color=color, fontsize=9)
     return save(plt, fig, path)
 
 
