@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--head", "64", "--rows", "1,3", "--vocab", "1024", "--dtype", "fp32", "--quick"]
 TIMED = ["head alone", "fused", "cublas+ours", "cublas+stock"]
+SHOWN = [t.replace("cublas", "F.linear") for t in TIMED]  # CPU: no cuBLAS
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -37,12 +38,12 @@ def test_head_run(tmp_path: Path, tp: int) -> None:
         c.strip()
         for c in next(line for line in text.splitlines() if line.startswith("M |")).split("|")
     ]
-    assert header[:5] == ["M", *TIMED]
-    assert "fused/head alone" in header and "fused/cublas+ours" in header
+    assert header[:5] == ["M", *SHOWN] and "wall-clock µs (CPU)" in text
+    assert "fused/head alone" in header and "fused/F.linear+ours" in header
     assert header[-1] == "linear's path"
     rows = [ln for ln in text.splitlines() if ln.split("|")[0].strip().isdigit()]
     assert [r.split("|")[0].strip() for r in rows] == ["1", "3"]
-    assert all("cuBLAS+gather" in r for r in rows)  # CPU: never the fused kernel
+    assert all("F.linear+gather" in r for r in rows)  # CPU: never the fused kernel
     assert "WRONG" not in text
     stem = f"head_tp{tp}_cpu_fp32_H64_V1024"
     doc = json.loads((out / f"{stem}.json").read_text())

@@ -21,7 +21,7 @@ from logits_gather.bench.sampling import options as bench
 from logits_gather.bench.sampling import peers
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--device", "cpu", "--rows", "1,3", "--vocab", "1024"]
+TINY = ["--device", "cpu", "--rows", "1,3", "--vocab", "1024", "--profiles", "t08,mixed"]
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -73,9 +73,9 @@ def test_tiny_run_writes_table_json_png(tmp_path: Path, tp: int) -> None:
     doc = json.loads(stem.with_suffix(".json").read_text())
     assert doc["setup"]["tp"] == tp and doc["setup"]["methods"] == ["ours", "torch"]
     assert "vllm" in doc["setup"]["unavailable"]
-    assert doc["problems"] == [] and doc["graph"] == {}
-    assert set(doc["eager"]) == {"1", "3"}
-    for cells in doc["eager"].values():
+    assert doc["problems"] == [] and list(doc["profiles"]) == ["t08", "mixed"]
+    assert all(p["graph"] == {} and set(p["eager"]) == {"1", "3"} for p in doc["profiles"].values())
+    for cells in (c for p in doc["profiles"].values() for c in p["eager"].values()):
         assert set(cells) == set(peers.OPS)
         for methods in cells.values():
             assert set(methods) == {"ours", "torch"}
@@ -118,7 +118,7 @@ def _fake_vllm() -> types.SimpleNamespace:
 
 
 def test_no_method_modifies_its_input(one_rank) -> None:
-    shard, temp, seeds, pos = sampling_run._inputs(3, 512, 0, torch.device("cpu"))
+    (shard, temp, seeds, pos), _ = sampling_run._inputs(3, 512, 0, torch.device("cpu"))
     calls, own = sampling_run._methods(shard, temp, seeds, pos, 4, _fake_vllm())
     assert set(calls) == {"ours", "torch", "vllm"}
     for fns in calls.values():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plot import SKIPPED, pyplot, save
+from ..plot import SKIPPED, banner, pyplot, save
 
 STYLE = {
     "stock": ("tab:red", "-"),
@@ -81,13 +81,6 @@ def plot(doc: dict[str, Any], path: str) -> str:
         ax.set_title(f"V={res['vocab']} {res['dtype']}, tp={info['tp']}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    title = {
-        "nccl": f"logits_gather: {info['tp']}x {info.get('gpu_name')}",
-        "colocated": f"logits_gather: {info['tp']} ranks sharing one {info.get('gpu_name')} "
-        "(LATENCY ONLY; says nothing about NVLink)",
-        "spread": f"logits_gather: {info['tp']} ranks over {info.get('gpus_used')}x "
-        f"{info.get('gpu_name')} (LATENCY ONLY: ranks share SMs and links)",
-        "cpu": "logits_gather: gloo ranks on CPU (says nothing about GPUs or NVLink)",
-    }[info["mode"]]
-    fig.suptitle(title, color="black" if info["mode"] == "nccl" else "darkred")
+    title, color = banner(info)
+    fig.suptitle(title, color=color)
     return save(plt, fig, path, dpi=120)

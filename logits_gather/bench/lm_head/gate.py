@@ -65,6 +65,7 @@ def check_all(
     outs: dict[str, dict[int, torch.Tensor]] = {name: {} for name in calls}
     problems: dict[str, str | None] = {name: None for name in calls}
     for name, call in calls.items():  # the same collective calls, in order, on every rank
+        ctx.beat(f"check {name}")  # a heartbeat per step: a slow CPU gate is not a stall
         for m in rows:
             try:
                 outs[name][m] = call(x[:m]).clone()
@@ -73,6 +74,7 @@ def check_all(
     ctx.sync()
     errs = {m: [0.0, 0.0, 0.0] for m in rows}  # fused, cuBLAS, reference: squared norms
     for r in range(ctx.world):
+        ctx.beat(f"check against rank {r}'s weight")
         w = weight if r == ctx.rank else weight_of(r, columns=columns, **make)
         cols = slice(r * columns, (r + 1) * columns)
         for m in rows:

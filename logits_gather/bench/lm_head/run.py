@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ..gather.methods import ALL_GATHER
+from ..progress import Progress
 from ..timing import burst_size, make_clock, schedule, summarize
 from .gate import check_all, hidden_sets, weight_of
 from .report import finish
@@ -70,7 +71,9 @@ def build(ctx: Any, columns: int, weight: torch.Tensor) -> tuple[Any, dict[str, 
     return g, calls
 
 
-def time_row(ctx: Any, clock: Any, calls: dict[str, Callable], xs: list, m: int) -> dict:
+def time_row(
+    ctx: Any, clock: Any, calls: dict[str, Callable], xs: list, m: int, bar: Progress
+) -> dict:
     """Device µs per call of every method at ``m``, interleaved: two passes, the second in
     reverse order, each method's bursts back to back."""
     cfg = ctx.cfg
@@ -80,6 +83,7 @@ def time_row(ctx: Any, clock: Any, calls: dict[str, Callable], xs: list, m: int)
     samples: dict[str, list[list[float]]] = {name: [[], []] for name in calls}
     for p in (0, 1):
         for name in list(calls) if p == 0 else list(reversed(calls)):
+            bar.label(f"M={m} {name}")
             ctx.beat(f"M={m} {name}")
             call = calls[name]
             if p == 0:
@@ -96,48 +100,16 @@ def time_row(ctx: Any, clock: Any, calls: dict[str, Callable], xs: list, m: int)
 
 def run_head(ctx: Any) -> None:
     """The ``--head`` run on this rank, from inputs to the report (rank 0 writes it)."""
-    from logits_gather.head.route import kernel_problem, planned_path
-
     from .. import machine
 
     cfg = ctx.cfg
     info = machine.describe(ctx) if ctx.rank == 0 else None
     clock = make_clock(ctx)
     results, keep = [], []  # every LogitsGather lives until all ranks are done
-    for vocab in cfg.vocabs:
-        columns = vocab // ctx.world
-        ctx.beat(f"V={vocab} inputs")
-        make = dict(seed=cfg.seed, hidden=cfg.head, dtype=cfg.torch_dtype, device=ctx.device)
-        weight = weight_of(ctx.rank, columns=columns, **make)
-        xs = hidden_sets(sets=cfg.sets, capacity=cfg.capacity, **{**make, "hidden": cfg.head})
-        g, calls = build(ctx, columns, weight)
-        kernel = kernel_problem(world_size=g.world_size, backend=g.backend, device=g.device)
-        paths = {
-            m: planned_path(m, cfg.head, columns=columns, dtype=cfg.torch_dtype, kernel=kernel)
-            for m in cfg.rows
-        }
-        ctx.beat(f"V={vocab} check")
-        status = check_all(ctx, calls, xs[0], weight, columns, paths, make)
-        rows = []
-        if all(st["status"] == "ok" for st in status.values()):
-            for m in cfg.rows:
-                rows.append(
-                    {"m": m, "path": paths[m], "device_us": time_row(ctx, clock, calls, xs, m)}
-                )
-        results.append(
-            {
-                "vocab": vocab,
-                "columns": columns,
-                "hidden": cfg.head,
-                "backend": g.backend,
-                "methods": status,
-                "rows": rows,
-            }
-        )
-        keep.append(g)
-        del calls, weight, xs
-        ctx.sync()
-        ctx.barrier()
+    steps = len(cfg.vocabs) * (len(cfg.rows) + 1)
+    with Progress(total=steps, enabled=ctx.rank == 0) as bar:
+        for vocab in cfg.vocabs:
+            results.append(_bench_vocab(ctx, clock, vocab, bar, keep))
     ctx.beat("report")
     if ctx.rank == 0:
         finish(info, ctx, results)
@@ -152,3 +124,44 @@ def run_head(ctx: Any) -> None:
     ]
     if bad:  # every rank raises: a run with a wrong or failed method must not exit 0
         raise RuntimeError("the --head check failed: " + "; ".join(bad))
+
+
+def _bench_vocab(ctx: Any, clock: Any, vocab: int, bar: Progress, keep: list) -> dict[str, Any]:
+    """One vocabulary size: inputs, the gate, then every M timed (one bar step each)."""
+    from logits_gather.head.route import kernel_problem, planned_path
+
+    cfg = ctx.cfg
+    columns = vocab // ctx.world
+    bar.label(f"V={vocab} build and check")
+    ctx.beat(f"V={vocab} inputs")
+    make = dict(seed=cfg.seed, hidden=cfg.head, dtype=cfg.torch_dtype, device=ctx.device)
+    weight = weight_of(ctx.rank, columns=columns, **make)
+    xs = hidden_sets(sets=cfg.sets, capacity=cfg.capacity, **{**make, "hidden": cfg.head})
+    g, calls = build(ctx, columns, weight)
+    kernel = kernel_problem(world_size=g.world_size, backend=g.backend, device=g.device)
+    paths = {
+        m: planned_path(m, cfg.head, columns=columns, dtype=cfg.torch_dtype, kernel=kernel)
+        for m in cfg.rows
+    }
+    ctx.beat(f"V={vocab} check")
+    status = check_all(ctx, calls, xs[0], weight, columns, paths, make)
+    bar.step()
+    rows = []
+    if all(st["status"] == "ok" for st in status.values()):
+        for m in cfg.rows:
+            rows.append(
+                {"m": m, "path": paths[m], "device_us": time_row(ctx, clock, calls, xs, m, bar)}
+            )
+            bar.step()
+    keep.append(g)
+    del calls, weight, xs
+    ctx.sync()
+    ctx.barrier()
+    return {
+        "vocab": vocab,
+        "columns": columns,
+        "hidden": cfg.head,
+        "backend": g.backend,
+        "methods": status,
+        "rows": rows,
+    }

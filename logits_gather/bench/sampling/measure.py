@@ -1,7 +1,10 @@
-"""One rank of the sampling benchmark: build the methods per M, check them, time them.
+"""One rank of the sampling benchmark: build the methods per profile and M, check them,
+time them.
 
-Per M: fresh random bf16 logits (never zeros), one copy per method made before any
-timing; a check pass (greedy tokens must be equal across methods, the other ops'
+First the copy bandwidth behind the read limit (``readlimit.py``). Then per profile
+(``profiles.py``) and M: the profile's bf16 rows (every rank builds the same full rows
+and keeps its own columns) and temperatures, their entropy, one copy per method made
+before any timing; a check pass (greedy tokens must be equal across methods, the other ops'
 agreement with vLLM is counted, and every method's input must be unchanged); then two
 timed passes in which every (op, method) burst is interleaved with the others, and,
 on CUDA, the same under graph replay for every call that captures.
@@ -16,19 +19,23 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..progress import Progress
 from ..timing import make_clock
-from . import peers
+from . import peers, profiles, readlimit
 
 PASSES = 2
 
 
-def _inputs(m: int, n: int, rank: int, device: torch.device):
-    gen = torch.Generator().manual_seed(1000 * m + rank)
-    shard = (torch.randn(m, n, generator=gen) * 3).to(torch.bfloat16).to(device)
-    temp = torch.full((m,), peers.TEMPERATURE, dtype=torch.float32, device=device)
+def _inputs(m: int, n: int, rank: int, device: torch.device, profile: str = "t08", world: int = 1):
+    """This rank's ``[m, n]`` bf16 shard of the profile's rows, the temperatures, seeds
+    and positions; and the entropy of the full rows (nats, None for greedy rows)."""
+    full, temp = profiles.make(profile, m, n * world, seed=0)
+    full = full.to(torch.bfloat16)
+    shard = full[:, rank * n : (rank + 1) * n].contiguous().to(device)
     seeds = torch.randint(-(2**62), 2**62, (m,), generator=torch.Generator().manual_seed(m))
     positions = torch.arange(m, dtype=torch.int64) + 17
-    return shard, temp, seeds.to(device), positions.to(device)
+    inputs = shard, temp.to(device), seeds.to(device), positions.to(device)
+    return inputs, profiles.entropy(full, temp)
 
 
 def _methods(shard, temp, seeds, pos, capacity: int, kernels: Any) -> tuple[dict, dict]:
@@ -103,33 +110,60 @@ def _host_guess(clock, calls: dict, cuda: bool) -> dict:
     }
 
 
-def measure(rank: int, world: int, args: Any, kernels: Any) -> dict[str, Any]:
-    """Everything this rank measured, for rank 0's report."""
+def _one(clock, args: Any, kernels: Any, inputs: tuple, m: int, cuda: bool) -> dict:
+    """One profile at one M: warm-up, the check, eager timing, graph replay."""
+    shard, temp, seeds, pos = inputs
+    calls, own = _methods(shard, temp, seeds, pos, max(args.rows), kernels)
+    for fns in calls.values():  # warm up: compiles kernels, builds exchanges
+        for fn in fns.values():
+            fn()
+    out: dict[str, Any] = {"check": _check(calls, own, shard, m)}
+    host = _host_guess(clock, calls, cuda)
+    out["eager"] = _time_eager(clock, calls, args.iters, host)
+    if args.graphs and cuda:
+        out["graph"], out["not_captured"] = _time_graphs(
+            clock, calls, args.graph_calls, args.replays
+        )
+    out["check"]["problems"] += [
+        f"M={m}: {meth} modified its input logits while timed"
+        for meth in own
+        if not torch.equal(own[meth], shard)
+    ]
+    return out
+
+
+def measure(rank: int, world: int, args: Any, kernels: Any, beat: Any = None) -> dict[str, Any]:
+    """Everything this rank measured, for rank 0's report: ``{"copy": bandwidth,
+    "profiles": {profile: {"eager", "graph", "not_captured", "check", "entropy"}}}``,
+    each keyed by M."""
     cuda = args.device == "cuda"
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     ctx = types.SimpleNamespace(cuda=cuda, barrier=dist.barrier)
     clock = make_clock(ctx)
-    n, cap = args.vocab // world, max(args.rows)
-    result: dict[str, Any] = {"eager": {}, "graph": {}, "not_captured": {}, "check": {}}
-    for m in args.rows:
-        shard, temp, seeds, pos = _inputs(m, n, rank, device)
-        calls, own = _methods(shard, temp, seeds, pos, cap, kernels)
-        for fns in calls.values():  # warm up: compiles kernels, builds exchanges
-            for fn in fns.values():
-                fn()
-        result["check"][m] = _check(calls, own, shard, m)
-        host = _host_guess(clock, calls, cuda)
-        result["eager"][m] = _time_eager(clock, calls, args.iters, host)
-        if args.graphs and cuda:
-            times, why = _time_graphs(clock, calls, args.graph_calls, args.replays)
-            result["graph"][m], result["not_captured"][m] = times, why
-        result["check"][m]["problems"] += [
-            f"M={m}: {meth} modified its input logits while timed"
-            for meth in own
-            if not torch.equal(own[meth], shard)
-        ]
-        del calls, own
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
+    beat = beat or (lambda _label: None)
+    n = args.vocab // world
+    result: dict[str, Any] = {"copy": readlimit.copy_bandwidth(clock, device), "profiles": {}}
+    steps = len(args.profiles) * len(args.rows)
+    with Progress(total=steps, enabled=rank == 0) as bar:
+        for profile in args.profiles:
+            mine = result["profiles"][profile] = {
+                "eager": {},
+                "graph": {},
+                "not_captured": {},
+                "check": {},
+                "entropy": {},
+            }
+            for m in args.rows:
+                bar.label(f"{profile} M={m}")
+                beat(f"{profile} M={m}")
+                inputs, mine["entropy"][m] = _inputs(m, n, rank, device, profile, world)
+                got = _one(clock, args, kernels, inputs, m, cuda)
+                mine["check"][m], mine["eager"][m] = got["check"], got["eager"]
+                if "graph" in got:
+                    mine["graph"][m], mine["not_captured"][m] = got["graph"], got["not_captured"]
+                del inputs, got
+                gc.collect()
+                if cuda:
+                    torch.cuda.empty_cache()
+                bar.step()
     return result

@@ -12,11 +12,14 @@ from ..cli import UsageError, int_list
 from ..plan import NVLS_OFF
 from ..preflight import check_out
 from ..ranks import spawn
+from .profiles import PROFILES
 from .run import run
 
 PROG = "python -m logits_gather.bench.sampling"
-GPU_ROWS, CPU_ROWS = [1, 4, 16, 64, 256], [1, 4, 16, 64]
+# CPU: a harness check that stays under 2 minutes on 2 cores (docs/benchmarking.md)
+GPU_ROWS, CPU_ROWS = [1, 4, 16, 64, 256], [1, 4, 16]
 GPU_VOCAB, CPU_VOCAB = 151552, 32768
+GPU_PROFILES, CPU_PROFILES = PROFILES, ("peaked", "mixed")
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,7 @@ class SamplingConfig:
     tp: int
     device: str  # "cuda" | "cpu"
     rows: list[int]
+    profiles: tuple[str, ...]
     vocab: int
     quick: bool
     iters: int  # calls per eager burst
@@ -39,8 +43,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tp", type=int, default=None, help="ranks (default: the GPU count; 2 on CPU)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--rows", default=None, help="M values (GPU 1,4,16,64,256; CPU 1,4,16,64)")
+    p.add_argument("--rows", default=None, help="M values (GPU 1,4,16,64,256; CPU 1,4,16)")
     p.add_argument("--vocab", type=int, default=None, help="V (GPU 151552, CPU 32768)")
+    p.add_argument(
+        "--profiles",
+        default=None,
+        help=f"logits profiles, a subset of {','.join(PROFILES)} (default: GPU all, "
+        f"CPU {','.join(CPU_PROFILES)}; see bench/sampling/profiles.py)",
+    )
     p.add_argument("--quick", action="store_true", help="fewer, shorter bursts (smoke runs)")
     p.add_argument("--iters", type=int, default=None, help="calls per eager burst")
     p.add_argument("--no-graphs", dest="graphs", action="store_false", help="skip graph replay")
@@ -68,11 +78,19 @@ def _settle(a: argparse.Namespace) -> SamplingConfig:
         raise UsageError(f"--vocab {vocab} must be a positive multiple of --tp {tp}")
     if vocab // tp < 64:
         raise UsageError(f"--vocab {vocab}: each rank needs at least 64 columns for top_k=50")
+    names = (
+        a.profiles if a.profiles is not None else ",".join(GPU_PROFILES if gpu else CPU_PROFILES)
+    )
+    chosen = tuple(dict.fromkeys(p for p in names.replace(" ", "").split(",") if p))
+    bad = [p for p in chosen if p not in PROFILES]
+    if bad or not chosen:
+        raise UsageError(f"--profiles must list some of {','.join(PROFILES)}, got {names!r}")
     check_out(a.out)
     return SamplingConfig(
         tp=tp,
         device=device,
         rows=rows or (GPU_ROWS if gpu else CPU_ROWS),
+        profiles=chosen,
         vocab=vocab,
         quick=a.quick,
         iters=a.iters or ((5 if a.quick else 20) if gpu else 2),

@@ -37,7 +37,6 @@ OPS: dict[str, tuple[int | None, float | None, float | None]] = {
     "top_k_top_p": (50, 0.9, None),
 }
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-TEMPERATURE = 0.8  # not 1: vLLM skips the division at T = 1
 Calls = dict[str, Callable[[], torch.Tensor]]
 
 
@@ -159,11 +158,14 @@ def _top_k_top_p(x: torch.Tensor, k: int | None, p: float) -> torch.Tensor:
 def torch_calls(shard: torch.Tensor, temp, seeds, positions) -> Calls:
     """vLLM's torch-only sampler ops on the gathered logits (out of place throughout)."""
     full = gatherer(shard)
-    t = temp[:, None]
+    greedy_rows = temp == 0  # as vLLM: divide those rows by 1, then take their argmax
+    t = torch.where(greedy_rows, 1.0, temp)[:, None]
+    all_random = not bool(greedy_rows.any())  # decided once, outside the timed calls
 
     def make(k: int | None, p: float | None, mp: float | None):
         def call() -> torch.Tensor:
-            x = full().float() / t
+            g = full()
+            x = g.float() / t
             if mp is not None:
                 probs = x.softmax(dim=-1)
                 cut = probs.amax(dim=-1, keepdim=True) * mp
@@ -174,7 +176,8 @@ def torch_calls(shard: torch.Tensor, temp, seeds, positions) -> Calls:
                 x = _top_k(x, k)
             probs = x.softmax(dim=-1)
             q = torch.empty_like(probs).exponential_()
-            return probs.div_(q).argmax(dim=-1)
+            tokens = probs.div_(q).argmax(dim=-1)
+            return tokens if all_random else torch.where(greedy_rows, g.argmax(dim=-1), tokens)
 
         return call
 

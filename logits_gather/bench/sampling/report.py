@@ -1,8 +1,8 @@
-"""The sampling benchmark's report: tables, targets, JSON and PNG, from every rank's
-measurements (median of bursts per rank, then the max over ranks: ``summarize`` in
-``bench/timing.py``).
-
-Ratios are ours / peer: below 1 means ours is faster; lower is better everywhere."""
+"""The sampling benchmark's report, from every rank's measurements: per profile a table
+for eager calls and one for graph replay (``tables.py``), the entropy of its rows, the
+token agreement with vLLM, and the targets (``targets.py``); the JSON; the PNG
+(``figure.py``). Cells are the median of bursts per rank, then the max over ranks
+(``summarize`` in ``bench/timing.py``). Ratios are ours / peer: lower is better."""
 
 from __future__ import annotations
 
@@ -10,144 +10,110 @@ import json
 import os
 from typing import Any
 
-from ..plot import SKIPPED, pyplot, save
 from ..timing import summarize
+from . import readlimit, tables
+from .figure import plot
 from .peers import OPS
-
-PEERS = ("vllm", "torch")
-# Against vLLM's own kernels, graph replay at every M (eager: EAGER_TARGET for every op).
-GRAPH_TARGETS = {
-    "greedy": 0.60,
-    "sample": 0.45,
-    "min_p": 0.35,
-    "top_k": 0.25,
-    "top_p": 0.40,
-    "top_k_top_p": 0.30,
-}
-EAGER_TARGET = 0.6
+from .profiles import entropy_range
+from .targets import target_line, targets
 
 
 def combine(everyone: list[dict[str, Any]], rows: list[int], mode: str) -> dict:
-    """{m: {op: {method: summary}}} for ``mode`` ("eager" or "graph")."""
+    """{m: {op: {method: summary}}} for ``mode`` ("eager" or "graph") of one profile;
+    ``everyone`` holds each rank's measurements of that profile."""
     out: dict = {}
     for m in rows:
-        keys = everyone[0][mode].get(m, {})
-        for op, meth in keys:
+        for op, meth in everyone[0][mode].get(m, {}):
             passes = [r[mode][m][op, meth] for r in everyone]
             out.setdefault(m, {}).setdefault(op, {})[meth] = summarize(passes)
     return out
 
 
-def _table(title: str, cells: dict, rows: list[int], methods: list[str]) -> list[str]:
-    peers = [p for p in PEERS if p in methods]
-    head = f"{'op':<12}{'M':>5}" + "".join(f"{m + ' us':>13}" for m in methods)
-    head += "".join(f"{'ours/' + p:>12}" for p in peers)
+def _profile(setup: dict, profile: str, mine: list[dict], rows: list[int], gbps: float) -> tuple:
+    """(text lines, JSON entry, targets) of one profile."""
+    methods = ["ours"] + [p for p in tables.PEERS if p in setup["methods"]]
+    eager, graph = combine(mine, rows, "eager"), combine(mine, rows, "graph")
+    noisy = tables.flag_noise(eager, rows) + tables.flag_noise(graph, rows)
+    cols = setup["vocab"] // setup["tp"]
+    limit = {m: readlimit.read_limit_us(m, cols, gbps) for m in rows}
+    ent = {m: entropy_range(mine[0]["entropy"][m]) for m in rows}
+    every = entropy_range([v for m in rows for v in mine[0]["entropy"][m]])
     lines = [
-        title,
-        "ratio columns are ours / peer: lower is better, below 1 means ours is faster",
-        head,
+        "",
+        f"== profile {profile}: entropy of the sampled rows {every['min']:.2f} to "
+        f"{every['max']:.2f} nats ({every['greedy_rows']} greedy rows of "
+        f"{every['rows'] + every['greedy_rows']})",
     ]
-    for op in OPS:
-        for m in rows:
-            t = {meth: cells.get(m, {}).get(op, {}).get(meth) for meth in methods}
-            line = f"{op:<12}{m:>5}"
-            for meth in methods:
-                v = t[meth]
-                line += (
-                    f"{v['median']:>9.1f} ±{v['spread_pct'] or 0:>2.0f}%" if v else f"{'n/a':>13}"
-                )
-            for p in peers:
-                ok = t["ours"] and t[p]
-                line += f"{t['ours']['median'] / t[p]['median']:>12.2f}" if ok else f"{'n/a':>12}"
-            lines.append(line)
-    return lines
-
-
-def ratio(cells: dict, m: int, op: str, peer: str) -> float | None:
-    t = cells.get(m, {}).get(op, {})
-    if "ours" in t and peer in t:
-        return t["ours"]["median"] / t[peer]["median"]
-    return None
-
-
-def targets(eager: dict, graph: dict, rows: list[int], setup_ok: str) -> list[dict]:
-    """Every target against vLLM's kernels: met, MISSED or not measured (why)."""
-    out = []
-    for mode, cells, bound_of in (
-        ("graph replay", graph, GRAPH_TARGETS.get),
-        ("eager", eager, lambda op: EAGER_TARGET),
-    ):
-        for op in OPS:
-            bound = bound_of(op)
-            got = {m: ratio(cells, m, op, "vllm") for m in rows}
-            have = {m: r for m, r in got.items() if r is not None}
-            entry = {"target": f"{mode} {op}: ours/vllm <= {bound} at every M", "bound": bound}
-            if len(have) < len(rows):
-                miss = [m for m in rows if got[m] is None]
-                entry.update(status="not measured", why=f"no ours and vllm figure at M={miss}")
-            else:
-                worst = max(have, key=have.get)
-                entry.update(
-                    status="met" if have[worst] <= bound else "MISSED",
-                    worst=have[worst],
-                    worst_m=worst,
-                )
-            if setup_ok:
-                entry["note"] = setup_ok
-            out.append(entry)
-    return out
-
-
-def _target_line(t: dict) -> str:
-    if t["status"] == "not measured":
-        return f"{t['target']}: not measured ({t['why']})"
-    note = f" ({t['note']})" if "note" in t else ""
-    return f"{t['target']}: worst {t['worst']:.2f} at M={t['worst_m']} {t['status']}{note}"
-
-
-def report(setup: dict, everyone: list[dict], rows: list[int], out: str) -> tuple[str, dict]:
-    """Prints nothing; returns the text and the JSON document, and writes both (and the
-    PNG) under ``out``."""
-    methods = ["ours"] + [p for p in PEERS if p in setup["methods"]]
-    eager, graph = combine(everyone, rows, "eager"), combine(everyone, rows, "graph")
-    problems = sorted({p for r in everyone for c in r["check"].values() for p in c["problems"]})
-    agreement = {m: everyone[0]["check"][m]["agreement"] for m in rows}
-    unit = "device us (CUDA events)" if setup["device"] == "cuda" else "wall-clock us (CPU)"
-    lines = [setup["where"]]
-    lines += [f"peer {k}: unavailable: {v}" for k, v in setup["unavailable"].items()]
-    lines += _table(f"eager, a burst of {setup['iters']} calls, {unit}", eager, rows, methods)
+    lines += tables.table(f"{profile}, eager, {setup['unit']}", eager, rows, methods, limit)
     if graph:
-        lines += _table(f"CUDA-graph replay, {unit}", graph, rows, methods)
+        lines += tables.table(f"{profile}, CUDA-graph replay", graph, rows, methods, limit)
         why = {
             f"{op}/{meth}: {w}"
-            for r in everyone
+            for r in mine
             for d in r["not_captured"].values()
             for (op, meth), w in d.items()
         }
         lines += [f"not capturable: {w}" for w in sorted(why)]
-    lines.append(
-        "check: greedy tokens equal across methods, inputs unchanged: "
-        + ("ok" if not problems else "FAILED: " + "; ".join(problems))
-    )
+    agreement = {m: mine[0]["check"][m]["agreement"] for m in rows}
     if any(agreement.values()):
         lines.append("token agreement ours vs vllm (share of rows; definitions may differ):")
         for op in OPS:
             shares = " ".join(f"M={m}:{agreement[m].get(op, 0):.2f}" for m in rows)
             lines.append(f"  {op:<12} {shares}")
-    goals = targets(eager, graph, rows, setup["target_note"])
-    lines.append("targets (against vLLM's kernels):")
-    if "vllm" in methods:
-        lines += ["  " + _target_line(t) for t in goals]
-    else:
-        lines.append("  not measured: peer vllm unavailable")
-    doc = {
-        "setup": setup,
+    goals = targets(eager, graph, rows, setup["target_note"], profile)
+    entry = {
         "eager": _keyed(eager),
         "graph": _keyed(graph),
-        "problems": problems,
-        "agreement": {str(m): a for m, a in agreement.items()},
-        "targets": goals,
+        "agreement": _keyed(agreement),
+        "entropy_nats": {**every, "per_m": _keyed(ent)},
+        "read_limit_us": _keyed(limit),
+        "noisy": noisy,
     }
+    return lines, entry, goals
+
+
+def report(setup: dict, everyone: list[dict], rows: list[int], out: str) -> tuple[str, dict]:
+    """Prints nothing; returns the text and the JSON document, and writes both (and the
+    PNG) under ``out``."""
+    cpu = setup["device"] == "cpu"
+    setup = {**setup, "unit": "wall-clock us (CPU)" if cpu else "device us (CUDA events)"}
+    copy = readlimit.combine([r["copy"] for r in everyone])
+    problems = sorted(
+        {
+            p
+            for r in everyone
+            for pr in r["profiles"].values()
+            for c in pr["check"].values()
+            for p in c["problems"]
+        }
+    )
+    lines = [setup["where"]]
+    lines += [f"peer {k}: unavailable: {v}" for k, v in setup["unavailable"].items()]
+    lines += tables.legend(cpu, setup["iters"])
+    lines.append(
+        f"copy bandwidth (read + written, slowest rank): {copy['gbps']:.1f} GB/s"
+        + (" (host memory)" if cpu else "")
+    )
+    doc: dict[str, Any] = {"setup": setup, "copy_bandwidth": copy, "profiles": {}}
+    goals: list = []
+    for profile in setup["profiles"]:
+        mine = [r["profiles"][profile] for r in everyone]
+        text, doc["profiles"][profile], got = _profile(setup, profile, mine, rows, copy["gbps"])
+        lines += text
+        goals += got
+    noisy = sum(len(p["noisy"]) for p in doc["profiles"].values())
+    lines += [
+        "",
+        f"noisy cells (!): {noisy}" + (" (listed in the JSON under each profile)" if noisy else ""),
+        "check: greedy tokens equal across methods, inputs unchanged: "
+        + ("ok" if not problems else "FAILED: " + "; ".join(problems)),
+        "targets (against vLLM's kernels):",
+    ]
+    if "vllm" in setup["methods"]:
+        lines += ["  " + target_line(t) for t in goals]
+    else:
+        lines.append("  not measured: peer vllm unavailable")
+    doc.update(problems=problems, targets=goals)
     stem = os.path.join(out, setup["stem"])
     text = "\n".join(lines)
     with open(stem + ".txt", "w") as f:
@@ -159,33 +125,4 @@ def report(setup: dict, everyone: list[dict], rows: list[int], out: str) -> tupl
 
 
 def _keyed(cells: dict) -> dict:
-    return {str(m): ops for m, ops in cells.items()}
-
-
-def plot(doc: dict, path: str, rows: list[int]) -> str:
-    """Latency against M, log-log, one panel per op; solid eager, dashed graph replay."""
-    plt = pyplot()
-    if plt is None:
-        return SKIPPED
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8), squeeze=False)
-    colors = {"ours": "tab:blue", "vllm": "tab:red", "torch": "tab:gray"}
-    for ax, op in zip(axes.flat, OPS, strict=True):
-        for mode, style in (("eager", "-"), ("graph", "--")):
-            for meth, color in colors.items():
-                pts = [
-                    (int(m), c[op][meth]["median"])
-                    for m, c in doc[mode].items()
-                    if meth in c.get(op, {})
-                ]
-                if pts:
-                    ax.plot(
-                        *zip(*pts, strict=True),
-                        style,
-                        color=color,
-                        marker="o",
-                        label=f"{meth} {mode}",
-                    )
-        ax.set(xscale="log", yscale="log", title=op, xlabel="M (rows)", ylabel="us per call")
-        ax.legend(fontsize=7)
-    fig.suptitle(doc["setup"]["where"] + " (lower is better)", fontsize=9)
-    return save(plt, fig, path, dpi=90)
+    return {str(m): v for m, v in cells.items()}

@@ -36,6 +36,7 @@ def _setup(cfg: Any, world: int, unavailable: dict[str, str]) -> dict[str, Any]:
         "tp": world,
         "vocab": cfg.vocab,
         "rows": cfg.rows,
+        "profiles": list(cfg.profiles),
         "iters": cfg.iters,
         "graphs": cfg.graphs,
         "methods": ["ours", "torch"] + ([] if unavailable else ["vllm"]),
@@ -60,7 +61,7 @@ def run(cfg: Any, rank: int, beat: Callable[[str], None]) -> None:
     if rank == 0 and kernels is None:
         print(f"peer vllm unavailable, going on without it: {why}", flush=True)
     beat("measure")
-    result = measure(rank, world, cfg, kernels)
+    result = measure(rank, world, cfg, kernels, beat)
     everyone: list = [None] * world
     dist.all_gather_object(everyone, result)
     problems: list[str] = []
