@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from logits_gather.sampling import reference
-from logits_gather.sampling.fused import rounds as fused
+from logits_gather.sampling.fused import fused
 from tests.emulated import Box
 from tests.gpu import SPILL_TOP_P, spill_logits
 

@@ -472,7 +472,7 @@ def test_fused_launch_geometry(world: int, columns: int) -> None:
             assert 32 * plan.reduce <= max(32, geo.cand * plan.g)
             assert 32 * plan.final <= max(32, geo.cand * plan.kp)
             assert max(geo.warps, plan.probe, plan.reduce, plan.final) <= 8
-            # One launch per round (kernels/finals.py): the writer's lanes, and never more
+            # One launch per round (kernels/waiters.py): the writer's lanes, and never more
             # threads than the row work's elements; 0 means two launches.
             assert plan.probe_one == 0 or 2 * (1 + plan.g) <= 32 * plan.probe_one
             assert 32 * plan.probe_one <= max(32, geo.cand * plan.g)

@@ -374,7 +374,7 @@ def test_one_launch_binds_per_specialisation() -> None:
     pytest.importorskip("triton")
     from types import SimpleNamespace
 
-    from logits_gather.sampling.fused.rounds import Fused
+    from logits_gather.sampling.fused.fused import Fused
 
     launched: list = []
     box = SimpleNamespace(plans={}, check=lambda: None, peers=0, data=0, epoch=0, arrivals=0,

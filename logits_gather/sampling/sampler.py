@@ -7,9 +7,9 @@ scalars that are off (``top_k`` 0 or >= V, ``top_p >= 1``, ``min_p <= 0``):
 
 | filters | path |
 |---|---|
-| none | :meth:`.fused.rounds.Fused.sample` |
-| ``min_p`` alone | :meth:`.fused.rounds.Fused.sample_minp` |
-| an int ``top_k <= 64`` (and ``top_p``, ``min_p``) | :meth:`.fused.rounds.Fused.sample_topk` |
+| none | :meth:`.fused.fused.Fused.sample` |
+| ``min_p`` alone | :meth:`.fused.fused.Fused.sample_minp` |
+| an int ``top_k <= 64`` (and ``top_p``, ``min_p``) | :meth:`.fused.fused.Fused.sample_topk` |
 | ``top_p``, a larger or per-row ``top_k`` (and ``min_p``) | :func:`.fused.cuts.sample` |
 
 The last row's candidate rounds leave some rows undecided; an exact in-kernel fallback

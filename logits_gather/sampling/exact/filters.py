@@ -8,7 +8,7 @@ no host sync, so it captures in CUDA graphs. Correct, not fast (up to 10 small e
 4. one exchange of the best ``s + noise`` over the kept set.
 
 It serves every filtered call of a sampler without the fused kernels (the fused path has
-its own exact fallback, :mod:`..kernels.rest`).
+its own exact fallback, :mod:`..kernels.topp_exact`).
 """
 
 from __future__ import annotations

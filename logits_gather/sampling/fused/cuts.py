@@ -1,8 +1,8 @@
 """The filter rows of the fused calls, and the calls that need a cut over the whole
 row: top-p, and a top-k of more than 64 or one per row.
 
-Those run top-p's candidate rounds (:meth:`.rounds.Fused.topp_rounds`), then top-p's
-in-kernel exact fallback (:mod:`..kernels.rest`) for the rows the rounds left undecided:
+Those run top-p's candidate rounds (:meth:`.fused.Fused.topp_rounds`), then top-p's
+in-kernel exact fallback (:mod:`..kernels.topp_exact`) for the rows the rounds left undecided:
 no host sync and no torch-ops fallback, so CUDA graphs capture them like the other fused
 calls. A per-row ``top_k`` without top-p takes top-k's launches (rows with ``k`` over 64
 are left to the fallback); with top-p it takes top-p's, as does an int ``top_k`` over 64.

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-NUCLEUS_LANES = 4096
+TOPP_LANES = 4096
 """Top-p candidates over all splits of a row, at most."""
 WIDE = (4096, 8)
 """(columns per split, warps) of greedy, plain logprobs and top-k. Greedy's other splits
@@ -40,7 +40,7 @@ faster (15.4 against 14.9 us at M=64, one H200)."""
 
 
 REST = (8192, 16, 512, 8)
-"""Top-p's in-kernel fallback (:mod:`..kernels.rest`): (columns per team member at least,
+"""Top-p's in-kernel fallback (:mod:`..kernels.topp_exact`): (columns per team member at least,
 members per rank at most, columns per scan step, warps)."""
 REST_PROGRAMS = 128
 """Programs of that fallback's grid per rank, at most (row slots x members): its teams
@@ -63,7 +63,7 @@ def dense(x: torch.Tensor) -> torch.Tensor:
     """``x`` with unit column stride, as every writer reads it (copied only if needed).
     The sampler takes it once per call, so a column-strided shard is copied once, not
     once per round; each round takes it again (no copy then) for callers of
-    :class:`.rounds.Fused` itself. Callers that branch on :func:`pairs` take this first,
+    :class:`.fused.Fused` itself. Callers that branch on :func:`pairs` take this first,
     so that it judges the tensor the writers will read."""
     return x if x.stride(1) == 1 else x.contiguous()
 
@@ -115,7 +115,7 @@ def select_warps(elements: int, most: int) -> int:
     """Warps for a kernel whose radix select runs over ``elements``: at most one thread per
     element. With the top-k final kernel replicated across threads, emulated tp 4 and 8
     returned wrong top_k = 1 and 2 tokens on one rank (14 in 3868 calls at tp=4), likely
-    the warp-local poll exit (:mod:`..kernels.ll`, "Uniform polls") that the waits now
+    the warp-local poll exit (:mod:`..kernels.exchange`, "Uniform polls") that the waits now
     avoid; the rule stays until a GPU run of that test without it shows it suffices."""
     return max(1, min(most, elements // 32))
 
@@ -201,7 +201,7 @@ class Launcher:
     every rank makes the same barrier calls.
 
     ``pdl``: every launch is a programmatic dependent launch (``PDL`` in each kernel,
-    :func:`..kernels.ll.enter`), so a kernel's launch overlaps the end of the one before
+    :func:`..kernels.exchange.enter`), so a kernel's launch overlaps the end of the one before
     it. Only with one rank per GPU: a launched kernel's programs hold their slots while
     they wait, and a peer's writer on the same GPU may need them."""
 

@@ -48,14 +48,14 @@ def available(device: torch.device) -> bool:
     if device.type != "cuda":
         return False
     try:
-        from . import rounds  # noqa: F401 - imports the Triton kernels
+        from . import fused  # noqa: F401 - imports the Triton kernels
     except Exception:  # noqa: BLE001 - no Triton (or a broken one): the torch-ops path
         return False
     return True
 
 
 def single_rows(infos: list[dict[str, Any]]) -> int:
-    """The most rows of a one-launch call: half the SMs (:mod:`..kernels.finals`, Progress)."""
+    """The most rows of a one-launch call: half the SMs (:mod:`..kernels.waiters`, Progress)."""
     return max(1, symmetric.max_ctas(infos) // 2)
 
 
@@ -116,7 +116,7 @@ def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
 
 
 def decide(sampler: Any, trap: bool) -> Any:
-    """The sampler's :class:`.rounds.Fused`, or None for the torch-ops path; builds the
+    """The sampler's :class:`.fused.Fused`, or None for the torch-ops path; builds the
     first mailboxes. Collective."""
     device = sampler.device
     on = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
@@ -135,7 +135,7 @@ def decide(sampler: Any, trap: bool) -> Any:
         if why is not None:
             log.info("VocabParallelSampler: torch-ops path, because %s", why)
             return None
-        from .rounds import Fused
+        from .fused import Fused
 
         f = Fused(
             sampler.columns,

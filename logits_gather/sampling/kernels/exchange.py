@@ -26,7 +26,7 @@ reader of use ``E + 1`` finished, which needed rank B's writers of use ``E + 1``
 stream runs after B's reader of use ``E``. Waiting kernels wait only for writers launched
 earlier on other ranks' streams, which never wait, so no co-residency is needed (their
 grids are bounded where ranks share a GPU). The one-launch kernels elect their reader by
-:func:`last_arrival` (its rules are in :mod:`.finals`).
+:func:`last_arrival` (its rules are in :mod:`.waiters`).
 
 Uniform polls: every thread of a reader must leave its poll loop at the same poll. The
 loop's timer (``now_ns``) and the code after it synchronise the CTA with ``bar.sync``, and

@@ -3,12 +3,12 @@
 The shard is cut into ``S = ceil(N / block)`` splits of ``block`` columns. A round is a
 writer, whose program ``(row, split)`` stores its words straight into every rank's
 mailbox, and a waiting kernel that reduces all ranks' words of its row (layouts:
-:mod:`..kernels.writers`; the exchange: :mod:`..kernels.ll`). Greedy, sampling and
+:mod:`..kernels.writers`; the exchange: :mod:`..kernels.exchange`). Greedy, sampling and
 logprobs take one round, min-p two (the row maximum first), top-k two or three writers
-over two rounds (:mod:`..kernels.topk`), top-p one or two rounds (:mod:`..kernels.nucleus`)
-and the in-kernel exact fallback for the rows they leave (:mod:`..kernels.rest`). In eager
+over two rounds (:mod:`..kernels.topk`), top-p one or two rounds (:mod:`..kernels.topp`)
+and the in-kernel exact fallback for the rows they leave (:mod:`..kernels.topp_exact`). In eager
 calls of at most ``single_rows`` rows with one rank per GPU, a round's writer and waiting
-kernel are one launch (:mod:`..kernels.finals`). Nothing here allocates but the outputs;
+kernel are one launch (:mod:`..kernels.waiters`). Nothing here allocates but the outputs;
 no host sync.
 
 Each operation has one launch geometry, the same on every rank. The noise-heavy writers
@@ -26,14 +26,14 @@ from typing import Any
 
 import torch
 
-from ..kernels import finals, nucleus, rest, topk, writers
+from ..kernels import topk, topp, topp_exact, waiters, writers
 from . import launch
 from .launch import (
     FINAL_WARPS,
     NARROW,
-    NUCLEUS_LANES,
     REST,
     REST_PROGRAMS,
+    TOPP_LANES,
     WIDE,
     Geometry,
     Launcher,
@@ -95,7 +95,7 @@ class Fused:
         self.col0 = rank * columns
         self.wide = Geometry.of(columns, world, *WIDE)
         self.narrow = Geometry.of(columns, world, *NARROW)
-        self.nucleus_slots = max(1, min(64, NUCLEUS_LANES // self.narrow.c))
+        self.topp_slots = max(1, min(64, TOPP_LANES // self.narrow.c))
         """Top-p candidate slots per split: 55 at tp=2 and V=151552 (74 splits)."""
         self.box = box
         self.trap = trap
@@ -107,7 +107,7 @@ class Fused:
 
     def geometry(self, op: str, room: int = 0) -> Geometry:
         """The geometry of ``op`` (``logprobs`` with ``room`` top-n slots)."""
-        if op in ("sample", "nucleus", "again") or (op == "logprobs" and room):
+        if op in ("sample", "topp", "again") or (op == "logprobs" and room):
             return self.narrow
         return self.wide
 
@@ -121,8 +121,8 @@ class Fused:
                 "sample": 2 * s,
                 "probe": (1 + room) * s,
                 "sample_k": (2 + room) * s,
-                "nucleus": (3 + self.nucleus_slots) * s,
-                "again": (1 + self.nucleus_slots) * s,
+                "topp": (3 + self.topp_slots) * s,
+                "again": (1 + self.topp_slots) * s,
             }.get(op, 1 + s * (1 + room))
             self._words[op, room] = w
         return w
@@ -206,13 +206,13 @@ class Fused:
         bits = {"XBITS": xbits(shard.dtype), "PAIRS": pairs(shard)}
         if self.one_wanted(shard):
             out = self.empty(shard)
-            self.one(finals.greedy_one, shard, "greedy", (out,), (self.wide.c,),
+            self.one(waiters.greedy_one, shard, "greedy", (out,), (self.wide.c,),
                      {"KEY": key, **bits})  # fmt: skip
             return out
         mb = self.local(writers.greedy_local, shard, (), "greedy", 0, (), bits)
         out = self.empty(shard)
         c = self.wide.c
-        self.final(finals.greedy_final, shard.shape[0], mb, (out, c), {"KEY": key}, 1)
+        self.final(waiters.greedy_final, shard.shape[0], mb, (out, c), {"KEY": key}, 1)
         return out
 
     def sample(self, shard: torch.Tensor, t: torch.Tensor, seed: Seeds) -> torch.Tensor:
@@ -220,11 +220,11 @@ class Fused:
         m, out = shard.shape[0], self.empty(shard)
         if self.one_wanted(shard):
             tail = (self.narrow.c,)
-            self.one(finals.sample_one, shard, "sample", (t, *seed, out), tail, {})
+            self.one(waiters.sample_one, shard, "sample", (t, *seed, out), tail, {})
             return out
         mb = self.local(writers.sample_local, shard, (t, *seed), "sample", 0, (), {})
         tail = (t, out, self.narrow.c)
-        self.final(finals.sample_final, m, mb, tail, {}, 1, self.narrow)
+        self.final(waiters.sample_final, m, mb, tail, {}, 1, self.narrow)
         return out
 
     def sample_minp(
@@ -236,12 +236,12 @@ class Fused:
         out = self.empty(shard)
         if self.one_wanted(shard):
             free = (t, *seed, min_p, gbest, out)
-            self.one(finals.minp_one, shard, "sample", free, (self.narrow.c,), {})
+            self.one(waiters.minp_one, shard, "sample", free, (self.narrow.c,), {})
             return out
         head = (t, *seed, min_p, gbest)
         mb = self.local(writers.minp_local, shard, head, "sample", 0, (), {})
         tail = (t, out, self.narrow.c)
-        self.final(finals.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
+        self.final(waiters.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
         return out
 
     def logprobs(
@@ -257,12 +257,12 @@ class Fused:
         if self.one_wanted(shard):
             free = (ids, lp, top_ids, top_lp)
             tail = (geo.splits, geo.c, self.world)
-            self.one(finals.logprobs_one, shard, "logprobs", free, tail, consts, npad, (n,))
+            self.one(waiters.logprobs_one, shard, "logprobs", free, tail, consts, npad, (n,))
             return lp, top_ids, top_lp
         mb = self.local(writers.logprobs_local, shard, (ids,), "logprobs", npad, (n,), consts)
         tail = (ids, lp, top_ids, top_lp, geo.splits, geo.c, self.columns, self.world, n)
         warps = 4 if npad else 1
-        self.final(finals.logprobs_final, m, mb, tail, {"NP": npad}, warps, geo)
+        self.final(waiters.logprobs_final, m, mb, tail, {"NP": npad}, warps, geo)
         return lp, top_ids, top_lp
 
     def sample_topk(
@@ -345,7 +345,9 @@ class Fused:
         if not self.kept or self.kept[-1][0].shape[0] < m:
             size = max(m, 2 * self.kept[-1][0].shape[0] if self.kept else 64)
             ones = torch.ones(size, dtype=torch.float64, device=shard.device)
-            done = torch.full((size,), rest.DONE.value, dtype=torch.int32, device=shard.device)
+            done = torch.full(
+                (size,), topp_exact.DONE.value, dtype=torch.int32, device=shard.device
+            )
             self.kept.append((ones, done))
         ones, done = self.kept[-1]
         return ones[:m], done[:m]
@@ -386,7 +388,7 @@ class Fused:
         once ``rest()`` ran. ``self.spilled`` and ``self.topp_flags`` keep the last call's
         ``lam`` and ``flags`` (diagnostics). With ``k`` (a per-row ``top_k``, int64 ``[M]``),
         top-k applies first in the rows where it is on (never in round 2)."""
-        m, slots = shard.shape[0], self.nucleus_slots
+        m, slots = shard.shape[0], self.topp_slots
         gbest = self.greedy(shard, key=True)
         mp = p if min_p is None else min_p
         # flags and lam are set by nucleus_local (False, DONE), not by fill kernels.
@@ -395,7 +397,7 @@ class Fused:
         kv, vocab = (t, 0) if k is None else (k, self.columns * self.world)
         head = (t, *seed, p, mp, gbest, lam, flags, kv)
         consts = {"SLOTS": slots, "MINP": min_p is not None, "ROWK": k is not None}
-        mb = self.local(nucleus.nucleus_local, shard, head, "nucleus", 0, (vocab,), consts)
+        mb = self.local(topp.nucleus_local, shard, head, "topp", 0, (vocab,), consts)
         out = self.empty(shard)
         thr = self.empty(shard)
         self.spilled, self.topp_flags = lam, flags
@@ -404,16 +406,16 @@ class Fused:
         tail = (t, *seed, p, gbest, out, flags, lam, thr, self.narrow.c, kv, vocab)
         warps = select_warps(lanes, FINAL_WARPS)
         per_row = {"ROWK": k is not None}
-        self.final(nucleus.nucleus_final, m, mb, tail, consts | per_row, warps, self.narrow)
+        self.final(topp.nucleus_final, m, mb, tail, consts | per_row, warps, self.narrow)
 
         def second() -> None:
             seen = self.empty(shard, torch.int32)
             head = (t, lam, seen)
             splits = self.narrow.splits
-            mb = self.local(nucleus.again_local, shard, head, "again", 0, (splits,),
+            mb = self.local(topp.again_local, shard, head, "again", 0, (splits,),
                               {"SLOTS": slots}, programs=idle_programs(m, splits))  # fmt: skip
             tail = (t, *seed, seen, thr, gbest, out, flags, self.narrow.c)
-            self.final(nucleus.again_final, m, mb, tail, consts, warps, self.narrow)
+            self.final(topp.again_final, m, mb, tail, consts, warps, self.narrow)
 
         def exact() -> None:
             self.rest(shard, (t, *seed, p, mp, kv, gbest, lam, thr, out), min_p is not None,
@@ -434,9 +436,9 @@ class Fused:
         return max(1, min(shard.shape[0], most // parts)), parts
 
     def rest(self, shard: torch.Tensor, head: tuple, minp: bool, rowk: bool) -> None:
-        """Launches :func:`..kernels.rest.nucleus_rest` over the rows whose token is -1."""
+        """Launches :func:`..kernels.topp_exact.nucleus_rest` over the rows whose token is -1."""
         grid = self.rest_grid(shard)
-        words = grid[1] * rest.WORDS.value
+        words = grid[1] * topp_exact.WORDS.value
         mb = self.box(words, shard.shape[0])
         mb.check()
         x = dense(shard)
@@ -446,4 +448,4 @@ class Fused:
         consts = {"BLOCK": REST[2], "MEMB": pow2(self.world * grid[1]), "MINP": minp,
                   "ROWK": rowk, "WORLD": self.world, "THREADS": 32 * REST[3],
                   "TRAP": self.trap}  # fmt: skip
-        self.launch(rest.nucleus_rest, grid, args, consts, REST[3])
+        self.launch(topp_exact.nucleus_rest, grid, args, consts, REST[3])
