@@ -18,7 +18,7 @@ from pathlib import Path
 
 from triton.compiler import ASTSource, compile
 
-from logits_gather.sampling.fused.launch import (
+from logits_gather.sampling.fused.plans import (
     FINAL_WARPS,
     NARROW,
     TOPP_LANES,

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from logits_gather.sampling.fused import fused
-from logits_gather.sampling.fused.launch import pdl_capable
+from logits_gather.sampling.fused.launcher import pdl_capable
 from logits_gather.sampling.fused.mailbox import status_block
 from tests.phases import in_phases
 
@@ -82,7 +82,7 @@ class Ranks:
         ):  # one launch (kernels/waiters.py) up to this M, as the sampler's rule
             single_rows = half
         # Programmatic dependent launches as the sampler makes them with one rank per GPU:
-        # at world size 1 only (emulated ranks share a GPU, see fused.launch.Launcher).
+        # at world size 1 only (emulated ranks share a GPU, see fused.launcher.Launcher).
         pdl = world == 1 and pdl_capable(device)
         self.fused = [
             fused.Fused(

@@ -27,7 +27,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from logits_gather.sampling import reference  # noqa: E402
-from logits_gather.sampling.fused import fused, launch  # noqa: E402
+from logits_gather.sampling.fused import fused, launcher, plans  # noqa: E402
 from logits_gather.sampling.kernels import keys, radix, waiters, writers  # noqa: E402
 from tests.emulated import Box  # noqa: E402
 
@@ -39,7 +39,7 @@ CPU = torch.device("cpu")
 _Libdevice = tl.math
 waiters.libdevice = radix.libdevice = writers.libdevice = _Libdevice
 _LOCK = threading.Lock()
-_launch = launch.Launcher.__call__
+_launch = launcher.Launcher.__call__
 
 
 def _locked(self, *args):
@@ -47,7 +47,7 @@ def _locked(self, *args):
         _launch(self, *args)
 
 
-launch.Launcher.__call__ = _locked
+launcher.Launcher.__call__ = _locked
 
 
 def _mailboxes(world: int, capacity: int):
@@ -428,14 +428,14 @@ def main() -> int:
     # serves several splits in turn, as at M > 32 on GPUs: row 7 reaches top-p's round
     # 2 and rows 0 and 4 overflow top-k's slots.
     names = ("IDLE_LEAST", "IDLE_PROGRAMS", "OVERFLOW_LEAST", "OVERFLOW_PROGRAMS")
-    saved = [getattr(launch, name) for name in names]
+    saved = [getattr(plans, name) for name in names]
     for name in names:
-        setattr(launch, name, 1)
+        setattr(plans, name, 1)
     try:
         fails += run(3, 5000, 8, random.randrange(2**31), torch.bfloat16)
     finally:
         for name, value in zip(names, saved, strict=True):
-            setattr(launch, name, value)
+            setattr(plans, name, value)
     return _report(fails)
 
 

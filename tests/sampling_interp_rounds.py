@@ -9,7 +9,7 @@ round 2 decides (``tests.gpu.spill_logits``) and rows neither decides. It checks
 decided token against :mod:`.reference`, ``need`` iff a row is undecided, and
 ``(need, more) = (False, True)`` on the round-2 rows: the mailboxes' epochs stay in step
 whichever calls skip the round. Every rank's launcher runs the barrier that ranks
-sharing a GPU use before a kernel variant's first launch (``fused.launch.Launcher``), so the
+sharing a GPU use before a kernel variant's first launch (``fused.launcher.Launcher``), so the
 ranks must make the same barrier calls (a mismatch breaks the barrier and fails the
 run). Exit status 1 on a failure.
 """

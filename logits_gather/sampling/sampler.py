@@ -27,7 +27,7 @@ from . import checks
 from .exact import filters, ops
 from .exact.filters import MAX_CANDIDATES
 from .fused import cuts, mailbox, policy
-from .fused.launch import dense
+from .fused.plans import dense
 from .reference import Logprobs
 
 

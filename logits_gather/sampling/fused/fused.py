@@ -12,10 +12,10 @@ kernel are one launch (:mod:`..kernels.waiters`). Nothing here allocates but the
 no host sync.
 
 Each operation has one launch geometry, the same on every rank. The noise-heavy writers
-(sampling, min-p, top-p, logprobs with ``top_n``) run :data:`.launch.NARROW` (2048
+(sampling, min-p, top-p, logprobs with ``top_n``) run :data:`.plans.NARROW` (2048
 columns, 4 warps): over tp=2's 75776 columns per rank on one H200, the sampling writer took
 20.8 us at M=64 against 26.2 us at 4096 x 8 (``scripts/sampling-kernel-times.py``). The
-others run :data:`.launch.WIDE`: greedy and plain logprobs gain nothing from more CTAs, and
+others run :data:`.plans.WIDE`: greedy and plain logprobs gain nothing from more CTAs, and
 top-k's final kernel scores every split's candidate slots, so fewer splits serve it better.
 """
 
@@ -27,8 +27,9 @@ from typing import Any
 import torch
 
 from ..kernels import topk, topp, topp_exact, waiters, writers
-from . import launch
-from .launch import (
+from . import plans
+from .launcher import Launcher
+from .plans import (
     FINAL_WARPS,
     NARROW,
     REST,
@@ -36,7 +37,6 @@ from .launch import (
     TOPP_LANES,
     WIDE,
     Geometry,
-    Launcher,
     dense,
     idle_programs,
     pairs,
@@ -57,7 +57,7 @@ class Fused:
     waiting kernels' grids and ``barrier`` runs before each kernel variant's first launch
     (ranks that share a GPU); ``index``: the launches' CUDA device; eager calls of at most
     ``single_rows`` rows take one launch per round (0: never); ``pdl``: programmatic
-    dependent launches (:class:`.launch.Launcher`)."""
+    dependent launches (:class:`.launcher.Launcher`)."""
 
     round_two_rows = 64
     """Top-p's calls of more rows run round 2 before the in-kernel fallback. One H100,
@@ -171,7 +171,7 @@ class Fused:
         """Launches ``op``'s one-launch kernel ``fn``: arguments ``(x, x_stride, *free, *n,
         mailbox..., *tail)``, ``free`` the call's tensors, ``n`` its unspecialised ints; grid
         ``(M, programs)`` (default: one per split). After a specialisation's first launch
-        the launch is bound (:meth:`.launch.Launcher.bind`), kept per mailbox under what
+        the launch is bound (:meth:`.launcher.Launcher.bind`), kept per mailbox under what
         Triton specialises in the free arguments."""
         mb = self.box(self.words(op, room), shard.shape[0])
         mb.check()
@@ -317,7 +317,7 @@ class Fused:
         else:
             self.local(topk.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
         splits = self.wide.splits
-        programs = idle_programs(m, splits, launch.OVERFLOW_PROGRAMS, launch.OVERFLOW_LEAST)
+        programs = idle_programs(m, splits, plans.OVERFLOW_PROGRAMS, plans.OVERFLOW_LEAST)
         out = self.empty(shard)
         over = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": per_row, "SP": pow2(splits)}
         warps = plan.final_one if one else 0
@@ -425,7 +425,7 @@ class Fused:
 
     def rest_grid(self, shard: torch.Tensor) -> tuple[int, int]:
         """``(row slots, members per rank)`` of :meth:`rest` for ``shard``: at most
-        :data:`.launch.REST_PROGRAMS` programs and one per SM (``wait_ctas`` where ranks share
+        :data:`.plans.REST_PROGRAMS` programs and one per SM (``wait_ctas`` where ranks share
         a GPU); one member in the interpreter, whose programs run one after another."""
         if not shard.is_cuda:
             return max(1, min(shard.shape[0], REST_PROGRAMS)), 1

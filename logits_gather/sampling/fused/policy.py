@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from ... import symmetric
 from ...checks import agree
-from .launch import pdl_capable
+from .launcher import pdl_capable
 
 log = logging.getLogger(__name__)
 WHAT = "VocabParallelSampler construction"
@@ -89,7 +89,7 @@ _warned_lazy: list[bool] = []  # the lazy-loading warning, once per process
 
 def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
     """The host barrier that ranks sharing a GPU run before each fused kernel variant's
-    first launch (:class:`.launch.Launcher`): loading a CUDA module waits for the GPU to
+    first launch (:class:`.launcher.Launcher`): loading a CUDA module waits for the GPU to
     drain, a peer's waiting kernel included, which may wait for a writer this rank
     launches only after the load. gloo's monitored barrier (such groups are gloo: NCCL
     refuses two ranks on one GPU) raises after ``timeout_s`` (at least :data:`COMPILE_S`)

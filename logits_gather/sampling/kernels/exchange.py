@@ -61,7 +61,7 @@ TIMEOUT_IN_SAMPLING = tl.constexpr(3)
 @triton.jit
 def enter(PDL: tl.constexpr):
     """The first step of every fused kernel: with ``PDL`` (launched as a programmatic
-    dependent, :class:`..fused.launch.Launcher`), wait until the kernel before it in the
+    dependent, :class:`..fused.launcher.Launcher`), wait until the kernel before it in the
     stream has completed and its memory is visible, then let the next kernel launch.
     The next kernel's programs then load and sit in their own wait while this one runs,
     which hides its launch; none of them touches memory before this kernel ends."""

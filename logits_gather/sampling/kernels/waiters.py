@@ -26,7 +26,7 @@ readers per rank wait, only for peers' writers, which never wait; so the one-lau
 runs only while ``M`` is at most half the SMs (:func:`..fused.policy.single_rows`), with one
 rank per GPU, outside graph capture. One kernel has one warp count: the host picks the
 writer's, capped so that the row work's selects never get more threads than elements
-(:func:`..fused.launch.one_warps`).
+(:func:`..fused.plans.one_warps`).
 
 Measured (one H200, world size 1, M=4): one bound launch per round took an eager greedy
 call from 39.8 to 17.7 us of host time, sample from 35.4 to 20.3. Programs taking rows by
