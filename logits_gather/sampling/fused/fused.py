@@ -22,7 +22,7 @@ top-k's final kernel scores every split's candidate slots, so fewer splits serve
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,7 +37,6 @@ from .plans import (
     TOPP_LANES,
     WIDE,
     Geometry,
-    dense,
     idle_programs,
     pairs,
     pow2,
@@ -45,6 +44,11 @@ from .plans import (
     select_warps,
     xbits,
 )
+
+if TYPE_CHECKING:
+    from triton.runtime.jit import JITFunction
+
+    from .mailbox import Mailbox
 
 Seeds = tuple[torch.Tensor, torch.Tensor]
 """``(seeds, positions)``: int64 ``[M]`` each, contiguous; the kernels read row ``i`` of
@@ -57,7 +61,9 @@ class Fused:
     waiting kernels' grids and ``barrier`` runs before each kernel variant's first launch
     (ranks that share a GPU); ``index``: the launches' CUDA device; eager calls of at most
     ``single_rows`` rows take one launch per round (0: never); ``pdl``: programmatic
-    dependent launches (:class:`.launcher.Launcher`)."""
+    dependent launches (:class:`.launcher.Launcher`). Every method takes shards of unit
+    column stride (:func:`.plans.dense`), as the writers read them: the sampler makes a
+    call's shard so once."""
 
     round_two_rows = 64
     """Top-p's calls of more rows run round 2 before the in-kernel fallback. One H100,
@@ -71,7 +77,7 @@ class Fused:
         columns: int,
         world: int,
         rank: int,
-        box: Any,
+        box: Callable[[int, int], Mailbox],
         trap: bool,
         wait_ctas: int | None = None,
         index: int | None = None,
@@ -136,7 +142,7 @@ class Fused:
         geo = self.geometry(op, room)
         words = self.words(op, room)
         mb = self.box(words, shard.shape[0])
-        x = dense(shard)
+        x = shard
         args = (x, x.stride(0), *head, mb.peers, mb.epoch, mb.parity_stride, mb.row_elems)
         args += (self.rank * words, *tail, self.columns, self.col0)
         warps = warps or geo.warps
@@ -165,7 +171,7 @@ class Fused:
         return not torch.cuda.is_current_stream_capturing()
 
     def one(
-        self, fn: Any, shard: torch.Tensor, op: str, free: tuple, tail: tuple, consts: dict,
+        self, fn: JITFunction, shard: torch.Tensor, op: str, free: tuple, tail: tuple, consts: dict,
         room: int = 0, n: tuple = (), programs: int = 0, warps: int = 0,
     ) -> None:  # fmt: skip
         """Launches ``op``'s one-launch kernel ``fn``: arguments ``(x, x_stride, *free, *n,
@@ -175,7 +181,7 @@ class Fused:
         Triton specialises in the free arguments."""
         mb = self.box(self.words(op, room), shard.shape[0])
         mb.check()
-        x = dense(shard)
+        x = shard
         xp, xs = x.data_ptr(), x.stride(0)
         args = [xp, xs]
         key = [id(fn), x.dtype, xp & 15, xs, programs, warps, *consts.values()]
@@ -202,7 +208,6 @@ class Fused:
 
     def greedy(self, shard: torch.Tensor, key: bool = False) -> torch.Tensor:
         """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
-        shard = dense(shard)
         bits = {"XBITS": xbits(shard.dtype), "PAIRS": pairs(shard)}
         if self.one_wanted(shard):
             out = self.empty(shard)
@@ -291,7 +296,6 @@ class Fused:
         free, n = ((k,), ()) if per_row else ((), (k,))
         one = self.one_wanted(shard)  # one launch per round
         warps = plan.probe_one if one else 0
-        shard = dense(shard)
         pair = {"PAIRS": pairs(shard)}
         consts = {"G": g, "ROWK": per_row, "BITS": xbits(shard.dtype)}
         if warps:
@@ -441,7 +445,7 @@ class Fused:
         words = grid[1] * topp_exact.WORDS.value
         mb = self.box(words, shard.shape[0])
         mb.check()
-        x = dense(shard)
+        x = shard
         args = (x, x.stride(0), *head, mb.peers, mb.data, mb.epoch, mb.parity_stride)
         args += (mb.row_elems, mb.status_ptr, mb.dead, mb.timeout_us, self.rank * words)
         args += (shard.shape[0], self.columns, self.col0, self.columns * self.world)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...launch import c_launcher
+if TYPE_CHECKING:
+    from triton.compiler import CompiledKernel
+    from triton.runtime.jit import JITFunction
 
 log = logging.getLogger(__name__)
 _get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
@@ -62,7 +64,12 @@ class Launcher:
         self.pdl = pdl
 
     def __call__(
-        self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
+        self,
+        fn: JITFunction,
+        grid: tuple[int, int],
+        args: tuple,
+        consts: dict[str, int],
+        warps: int,
     ) -> None:
         consts = {**consts, "PDL": self.pdl}  # the C launcher takes every parameter
         index = self._index
@@ -73,7 +80,9 @@ class Launcher:
             self._launch(fn, grid, args, consts, warps)
 
     @staticmethod
-    def _key(fn: Any, grid1: int, args: tuple, values: tuple, warps: int) -> tuple[tuple, list]:
+    def _key(
+        fn: JITFunction, grid1: int, args: tuple, values: tuple, warps: int
+    ) -> tuple[tuple, list]:
         """``(key, flat)``: the specialisation key of a launch, and its arguments with
         tensors as their addresses (Triton's C launcher then neither calls ``data_ptr``
         nor asks the driver about them). The key holds what Triton specialises on: for
@@ -95,7 +104,13 @@ class Launcher:
         return tuple(key), flat
 
     def bind(
-        self, fn: Any, grid1: int, args: tuple, consts: dict[str, int], warps: int, free: int
+        self,
+        fn: JITFunction,
+        grid1: int,
+        args: tuple,
+        consts: dict[str, int],
+        warps: int,
+        free: int,
     ) -> Bound | None:
         """The compiled kernel that a launch of ``fn`` with these arguments used (so
         launch it through :meth:`__call__` first), bound to every argument after the
@@ -139,7 +154,12 @@ class Launcher:
         return True
 
     def _launch(
-        self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
+        self,
+        fn: JITFunction,
+        grid: tuple[int, int],
+        args: tuple,
+        consts: dict[str, int],
+        warps: int,
     ) -> None:
         values = tuple(consts.values())
         key, flat = self._key(fn, grid[1], args, values, warps)
@@ -167,7 +187,12 @@ class Launcher:
             self._cache[key] = self._entry(ck)
 
     def _load(
-        self, fn: Any, grid: tuple[int, int], args: tuple, consts: dict[str, int], warps: int
+        self,
+        fn: JITFunction,
+        grid: tuple[int, int],
+        args: tuple,
+        consts: dict[str, int],
+        warps: int,
     ) -> None:
         """Compiles and loads a new variant without launching it, then runs the barrier."""
         variant = (id(fn), grid[1], warps, tuple(consts.items()))
@@ -183,10 +208,12 @@ class Launcher:
             log.warning("logits_gather.sampling: compiling %s ahead failed", fn, exc_info=True)
         self._barrier()  # on every rank, whatever happened above
 
-    def _entry(self, ck: Any) -> tuple:
+    def _entry(self, ck: CompiledKernel) -> tuple:
         """``(launch, arguments before the kernel's)`` for a compiled kernel: its C
         launcher when it needs no scratch memory (as ``CudaLauncher.__call__`` calls it),
         else ``CompiledKernel.run``."""
+        from ...launch import c_launcher  # imports Triton, as this module must not
+
         if self._stream is None:
             from triton.runtime import driver
 

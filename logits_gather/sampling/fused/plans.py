@@ -52,10 +52,8 @@ def xbits(dtype: torch.dtype) -> int:
 
 def dense(x: torch.Tensor) -> torch.Tensor:
     """``x`` with unit column stride, as every writer reads it (copied only if needed).
-    The sampler takes it once per call, so a column-strided shard is copied once, not
-    once per round; each round takes it again (no copy then) for callers of
-    :class:`.fused.Fused` itself. Callers that branch on :func:`pairs` take this first,
-    so that it judges the tensor the writers will read."""
+    The sampler takes it once per call, before :class:`.fused.Fused`, whose rounds read
+    it as it is; :func:`pairs` judges the tensor the writers read."""
     return x if x.stride(1) == 1 else x.contiguous()
 
 
