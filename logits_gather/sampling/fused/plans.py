@@ -22,18 +22,17 @@ built, 2.1 / 3.7 / 9.2 / 35.8; its epoch loaded before the split (kept; timed wi
 loads) 2.1 / 3.9 / 9.1 / 33.8; 4 warps 2.5 / 3.8 / 9.3 / 42.5; 16 warps 2.2 / 4.3 / 11.3 /
 43.4; two splits per program, both loads issued first, 2.7 / 4.5 / 10.0 / 36.0; four, 4.3
 / 5.9 / 11.4 / 38.6; ``evict_first`` loads 2.2 / 3.7 / 9.0 / 34.0. So at M=256 the writer
-reads 77.6 MB at 2.2 to 2.3 TB/s, faster than torch's own row max. Those writers took
-key16 (``keys.best_key16``); bfloat16 rows that :func:`pairs` accepts now take
+reads 77.6 MB at 2.2 to 2.3 TB/s, faster than torch's own row max. Those writers ran
+key16 (``keys.best_key16``); bfloat16 rows that :func:`pairs` accepts take
 ``keys.best_key_pairs``, 27.1 us at M=256 on the same GPU (its docstring)."""
 NARROW = (2048, 4)
 """(columns per split, warps) of sampling, min-p, top-p and logprobs with top_n."""
 FINAL_WARPS = 8
 """Warps of top-p's final kernels; no fused kernel runs more (``tests/test_sampling_cpu.py``).
-At 16, nucleus_final's machine code was wrong: float16 and float32 rows with no valid
-candidate took the decided branch or a round-2 level where 8 and 4 warps said
-"undecided"; the same PTX was right through ``ptxas --opt-level 0`` and wrong at levels
-1-3 (a ptxas fault or undefined behaviour in the PTX, not found). 16 warps were also no
-faster (15.4 against 14.9 us at M=64, one H200)."""
+Measured at 16 warps: nucleus_final's machine code gives wrong answers (float16 and
+float32 rows with no valid candidate take the decided branch or a round-2 level where 8
+and 4 warps say "undecided"; the same PTX is right through ``ptxas --opt-level 0`` and
+wrong at levels 1-3), and it is no faster (15.4 against 14.9 us at M=64, one H200); so 8."""
 
 
 REST = (8192, 16, 512, 8)
@@ -102,10 +101,10 @@ def idle_programs(m: int, splits: int, total: int | None = None, least: int | No
 
 def select_warps(elements: int, most: int) -> int:
     """Warps for a kernel whose radix select runs over ``elements``: at most one thread per
-    element. With the top-k final kernel replicated across threads, emulated tp 4 and 8
-    returned wrong top_k = 1 and 2 tokens on one rank (14 in 3868 calls at tp=4), likely
-    the warp-local poll exit (:mod:`..kernels.exchange`, "Uniform polls") that the waits now
-    avoid; the rule stays until a GPU run of that test without it shows it suffices."""
+    element. Measured with the top-k final kernel replicated across threads: emulated tp 4
+    and 8 return wrong top_k = 1 and 2 tokens on one rank (14 in 3868 calls at tp=4),
+    likely through the warp-local poll exit (:mod:`..kernels.exchange`, "Uniform polls")
+    that the waits avoid; no GPU run without this rule has been measured, so it holds."""
     return max(1, min(most, elements // 32))
 
 
