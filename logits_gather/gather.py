@@ -19,16 +19,9 @@ from .checks import (
     shard_error,
 )
 from .fallback import DistributedGather
+from .logs import log_once
 
 log = logging.getLogger(__name__)
-
-_logged: set[str] = set()
-
-
-def _log_once(message: str) -> None:
-    if message not in _logged:
-        _logged.add(message)
-        log.info(message)
 
 
 class LogitsGather:
@@ -173,7 +166,7 @@ class LogitsGather:
             impl, failure = self._try_symm_mem([info for _, info in extras], graphs)
             failures = self._failures("symm_mem setup", failure)
             if not failures:
-                _log_once(f"LogitsGather: symmetric-memory kernel on {self.world_size} ranks")
+                log_once(log, f"LogitsGather: symmetric-memory kernel on {self.world_size} ranks")
                 return "symm_mem", impl
             del impl
             if backend == "symm_mem":
@@ -182,8 +175,9 @@ class LogitsGather:
         if self.world_size == 1:
             return ("torch.distributed" if reasons else "symm_mem"), (lambda shard: shard)
         if backend == "auto":
-            _log_once(
-                "LogitsGather: using the torch.distributed fallback because " + "; ".join(reasons)
+            log_once(
+                log,
+                "LogitsGather: using the torch.distributed fallback because " + "; ".join(reasons),
             )
         impl, failure = None, None
         try:

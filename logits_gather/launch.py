@@ -1,4 +1,4 @@
-"""Compiling the push kernel once per variant, and launching it with little host work.
+"""Compiling the push kernel once per variant, and launching Triton kernels with little host work.
 
 Triton's JIT dispatch costs 10-20 us of host time per call (binding, key
 hashing, specialisation checks). Here a kernel is compiled once per variant
@@ -60,23 +60,24 @@ def compile_kernel(
     return ck
 
 
-def raw_launch(ck) -> tuple[Any, tuple, int]:
-    """Triton's C launcher of ``ck``, the arguments that come before the kernel's own,
-    and the number of constexpr parameters (passed as trailing ``None``)."""
+def c_launcher(ck) -> tuple[Any, tuple]:
+    """Triton's C launcher of the compiled kernel ``ck`` and the arguments that come before
+    the kernel's own (as ``CudaLauncher.__call__`` passes them: no launch metadata, no
+    hooks); call it as ``launch(grid0, grid1, grid2, stream, *head, *args)``. The one
+    route around Triton's launcher: the push kernel, the fused head and the fused
+    sampling kernels take it."""
     run = ck.run
-    head = (
-        ck.function,
-        run.launch_cooperative_grid,
-        run.launch_pdl,
-        None,
-        None,
-        ck.packed_metadata,
-        None,
-        None,
-        None,
-    )
+    hooks = (ck.packed_metadata, None, None, None)
+    return run.launch, (ck.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                        *hooks)  # fmt: skip
+
+
+def raw_launch(ck) -> tuple[Any, tuple, int]:
+    """:func:`c_launcher` of ``ck``, and the number of constexpr parameters (passed as
+    trailing ``None``)."""
+    launch, head = c_launcher(ck)
     n_const = sum(1 for v in ck.src.signature.values() if v == "constexpr")
-    return run.launch, head, n_const
+    return launch, head, n_const
 
 
 class TritonLaunch:

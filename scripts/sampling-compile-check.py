@@ -2,7 +2,7 @@
 registers and spills: ``PYTHONPATH=. python scripts/sampling-compile-check.py``.
 
 It also fails a multi-warp kernel with a poll loop that one warp can leave alone
-(:func:`tests.sampling_polls.warp_local_polls`; ``logits_gather.sampling.kernels.ll``,
+(:func:`tests.sampling_polls.warp_local_polls`; ``logits_gather.sampling.kernels.exchange``,
 "Uniform polls")."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 
-from logits_gather.sampling.kernels import finals as F
-from logits_gather.sampling.kernels import nucleus as N
-from logits_gather.sampling.kernels import rest as R
 from logits_gather.sampling.kernels import topk as T
+from logits_gather.sampling.kernels import topp as N
+from logits_gather.sampling.kernels import topp_exact as R
+from logits_gather.sampling.kernels import waiters as F
 from logits_gather.sampling.kernels import writers as K
 from tests.sampling_polls import warp_local_polls
 
@@ -87,7 +87,9 @@ def variants():
             yield f"nucleus_local MINP={minp} ROWK={rowk}", N.nucleus_local, x, narrow, 4
         again = dict(local, BLOCK=2048, THREADS=128, SLOTS=55)
         yield "again_local", N.again_local, x, again, 4
-        yield from _ones(x, bits, dict(local, CAND=64, TRAP=True))  # one launch (kernels/finals.py)
+        yield from _ones(
+            x, bits, dict(local, CAND=64, TRAP=True)
+        )  # one launch (kernels/waiters.py)
     final = {"CAND": 64, "THREADS": 32, "TRAP": True}
     yield "greedy_final", F.greedy_final, None, dict(final, KEY=False), 1
     yield "greedy_final KEY", F.greedy_final, None, dict(final, KEY=True), 1
@@ -134,7 +136,7 @@ def variants():
 
 
 def _ones(x: str, bits: int, one: dict):
-    """The one-launch variants (kernels/finals.py) over ``one``'s constants."""
+    """The one-launch variants (kernels/waiters.py) over ``one``'s constants."""
     tag = ""
     yield f"greedy_one{tag}", F.greedy_one, x, dict(one, KEY=False, XBITS=bits, PAIRS=bits == 16), 8
     yield (

@@ -7,7 +7,7 @@ V=151552) with a local mailbox. For each operation it prints microseconds per
 launch under CUDA-graph replay of: the local kernel alone (it may be replayed:
 it does not advance epochs), and the whole operation (local and final kernels;
 the final's cost is the difference), and greedy, sample, logprobs and min-p again as
-one launch (:mod:`logits_gather.sampling.kernels.finals`). ``--kernels`` also prints
+one launch (:mod:`logits_gather.sampling.kernels.waiters`). ``--kernels`` also prints
 each whole operation's
 kernels with their GPU times (torch.profiler). No NVLink: add the exchange's latency.
 """
@@ -19,9 +19,9 @@ import statistics
 
 import torch
 
-from logits_gather.sampling.fused import rounds as fused
-from logits_gather.sampling.kernels import nucleus as N
+from logits_gather.sampling.fused import fused
 from logits_gather.sampling.kernels import topk, writers
+from logits_gather.sampling.kernels import topp as N
 from tests.emulated import Ranks
 
 
@@ -81,7 +81,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     tok, _ = f.sample_topp(x, t, seed, p90, None)
     out["top_p=0.9 rows to round 2"] = float((f.spilled != 0x7FFFFFFF).sum())
     out["top_p=0.9 rows undecided"] = float((tok < 0).sum())
-    nucleus = {"SLOTS": f.nucleus_slots, "MINP": False, "ROWK": False}
+    nucleus = {"SLOTS": f.topp_slots, "MINP": False, "ROWK": False}
     locals_ = {
         "greedy": (writers.greedy_local, (), "greedy", 0, (), {"XBITS": 16, "PAIRS": True}),
         "sample": (writers.sample_local, (t, seed), "sample", 0, (), {}),
@@ -99,7 +99,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
     lam = torch.empty(m, dtype=torch.int32, device=device)
     topp_flags = torch.empty(2, dtype=torch.bool, device=device)  # need, more
     head = (t, seed, p90, p90, gkey, lam, topp_flags, t)  # no per-row top_k: t stands in
-    locals_["nucleus (top_p)"] = (N.nucleus_local, head, "nucleus", 0, (0,), nucleus)
+    locals_["nucleus (top_p)"] = (N.nucleus_local, head, "topp", 0, (0,), nucleus)
     for name, (fn, head, op, room, tail, consts) in locals_.items():
         out[f"{name} local"] = _time(
             lambda: f.local(fn, x, head, op, room, tail, consts)  # noqa: B023 - run at once
@@ -140,7 +140,7 @@ def _times(f, m: int, columns: int, device: torch.device) -> dict[str, float]:
         if KERNELS:
             parts = " ".join(f"{k}={us:.1f}" for k, us in _kernels(fn))
             print(f"M={m} {name} ({out[f'{name} all']:.1f} us): {parts}", flush=True)
-    f.single_rows, f.single_in_graphs = m, True  # one launch each (kernels/finals.py)
+    f.single_rows, f.single_in_graphs = m, True  # one launch each (kernels/waiters.py)
     ones = ("greedy", "sample", "logprobs", "logprobs_n5", "sample_minp", "sample_k50")
     for name in ones:
         out[f"{name} one launch"] = _time(whole[name])

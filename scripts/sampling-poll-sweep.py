@@ -18,19 +18,19 @@ from pathlib import Path
 
 from triton.compiler import ASTSource, compile
 
-from logits_gather.sampling.fused.launch import (
+from logits_gather.sampling.fused.plans import (
     FINAL_WARPS,
     NARROW,
-    NUCLEUS_LANES,
+    TOPP_LANES,
     WIDE,
     Geometry,
     pow2,
     room,
     select_warps,
 )
-from logits_gather.sampling.kernels import finals as F
-from logits_gather.sampling.kernels import nucleus as N
 from logits_gather.sampling.kernels import topk as T
+from logits_gather.sampling.kernels import topp as N
+from logits_gather.sampling.kernels import waiters as F
 from tests.sampling_polls import warp_local_polls
 
 _spec = importlib.util.spec_from_file_location(
@@ -43,7 +43,7 @@ KS = (1, 2, 3, 8, 20, 40, 50, 64)  # top_k values (each its own top-k geometry)
 TOP_NS = (1, 2, 5, 8, 20)  # logprobs top_n values
 
 
-def finals(columns: int, world: int):
+def waiters(columns: int, world: int):
     """(name, kernel, constexprs, warps) of every multi-warp kernel that waits, at one
     geometry."""
     wide, narrow = Geometry.of(columns, world, *WIDE), Geometry.of(columns, world, *NARROW)
@@ -62,7 +62,7 @@ def finals(columns: int, world: int):
                     dict(tf, XBITS=16),
                     plan.final,
                 )
-    slots = max(1, min(64, NUCLEUS_LANES // narrow.c))
+    slots = max(1, min(64, TOPP_LANES // narrow.c))
     lanes = pow2(narrow.c * slots)
     nf = dict(base, CAND=narrow.cand, SLOTS=slots, LANES=lanes, XBITS=16)
     for rowk in (False, True):  # a per-row k with top-p (nucleus_k_row)
@@ -72,7 +72,7 @@ def finals(columns: int, world: int):
     for n in TOP_NS:
         lp = dict(base, CAND=narrow.cand, NP=room(n))
         yield f"logprobs_final top_n={n}", F.logprobs_final, lp, 4
-    # The one-launch kernels (kernels/finals.py) wait inside their writers' geometry.
+    # The one-launch kernels (kernels/waiters.py) wait inside their writers' geometry.
     yield from _ones(wide, narrow, base, world)
 
 
@@ -87,7 +87,7 @@ def _ones(wide, narrow, base: dict, world: int):
         lp = dict(one_n, NP=room(n), XBITS=16)
         yield f"logprobs_one top_n={n}{tag}", F.logprobs_one, lp, narrow.warps
     yield f"minp_one{tag}", F.minp_one, one_n, narrow.warps
-    for k in KS:  # kernels/finals.py: warps from the plan (0: two launches there)
+    for k in KS:  # kernels/waiters.py: warps from the plan (0: two launches there)
         plan = wide.topk(k)
         for rowk in (False, True):
             probe = dict(one, G=plan.g, ROWK=rowk, BITS=16)
@@ -113,7 +113,7 @@ def main() -> int:
     seen: set = set()
     bad = 0
     for columns, world in sorted(shapes):
-        for name, fn, const, warps in finals(columns, world):
+        for name, fn, const, warps in waiters(columns, world):
             const = dict(const, THREADS=32 * warps)
             key = (fn, tuple(sorted(const.items())), warps)
             if warps == 1 or key in seen:

@@ -1,6 +1,6 @@
 """Ranks of the fused sampling path emulated in one process.
 
-Each emulated rank has its own :class:`~logits_gather.sampling.fused.rounds.Fused` and its
+Each emulated rank has its own :class:`~logits_gather.sampling.fused.fused.Fused` and its
 own copy of every mailbox; every copy's peer table lists all ranks' copies, so the
 real kernels run the real exchange. On a GPU each rank launches on its own CUDA
 stream, from its own thread, the ranks in step (:mod:`tests.phases`): a rank's waiting
@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 
-from logits_gather.sampling.fused import rounds as fused
-from logits_gather.sampling.fused.launch import pdl_capable
+from logits_gather.sampling.fused import fused
+from logits_gather.sampling.fused.launcher import pdl_capable
 from logits_gather.sampling.fused.mailbox import status_block
 from tests.phases import in_phases
 
 WAITERS = ("final", "one", "rest")
-"""The fused path's waiting launches (:class:`~logits_gather.sampling.fused.rounds.Fused`)."""
+"""The fused path's waiting launches (:class:`~logits_gather.sampling.fused.fused.Fused`)."""
 
 
 class Box:
@@ -79,10 +79,10 @@ class Ranks:
             wait_ctas = half
         if (
             single_rows is None
-        ):  # one launch (kernels/finals.py) up to this M, as the sampler's rule
+        ):  # one launch (kernels/waiters.py) up to this M, as the sampler's rule
             single_rows = half
         # Programmatic dependent launches as the sampler makes them with one rank per GPU:
-        # at world size 1 only (emulated ranks share a GPU, see fused.launch.Launcher).
+        # at world size 1 only (emulated ranks share a GPU, see fused.launcher.Launcher).
         pdl = world == 1 and pdl_capable(device)
         self.fused = [
             fused.Fused(
@@ -230,7 +230,7 @@ class Ranks:
 
 
 def _rest_of_none(rest: Callable[..., Any], shard: torch.Tensor, head: tuple, *args: Any) -> None:
-    """:meth:`~logits_gather.sampling.fused.rounds.Fused.rest` with every token set first
+    """:meth:`~logits_gather.sampling.fused.fused.Fused.rest` with every token set first
     (``head[-1]``), so that it loads its kernel and serves no row."""
     head[-1].fill_(0)
     rest(shard, head, *args)

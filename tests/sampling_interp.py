@@ -27,9 +27,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from logits_gather.sampling import reference  # noqa: E402
-from logits_gather.sampling.fused import launch  # noqa: E402
-from logits_gather.sampling.fused import rounds as fused  # noqa: E402
-from logits_gather.sampling.kernels import finals, keys, radix, writers  # noqa: E402
+from logits_gather.sampling.fused import fused, launcher, plans  # noqa: E402
+from logits_gather.sampling.kernels import keys, radix, waiters, writers  # noqa: E402
 from tests.emulated import Box  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -38,9 +37,9 @@ CPU = torch.device("cpu")
 # The interpreter has no libdevice: tl.math's log, exp, floor and ceil are numpy's there
 # (so this checks the logic, not the GPU's bits).
 _Libdevice = tl.math
-finals.libdevice = radix.libdevice = writers.libdevice = _Libdevice
+waiters.libdevice = radix.libdevice = writers.libdevice = _Libdevice
 _LOCK = threading.Lock()
-_launch = launch.Launcher.__call__
+_launch = launcher.Launcher.__call__
 
 
 def _locked(self, *args):
@@ -48,12 +47,12 @@ def _locked(self, *args):
         _launch(self, *args)
 
 
-launch.Launcher.__call__ = _locked
+launcher.Launcher.__call__ = _locked
 
 
 def _mailboxes(world: int, capacity: int):
     """``(box_for, boxes)``: ``box_for(rank)`` is a rank's ``box(words, rows)`` for
-    :class:`~logits_gather.sampling.fused.rounds.Fused`, CPU mailboxes built for every rank
+    :class:`~logits_gather.sampling.fused.fused.Fused`, CPU mailboxes built for every rank
     at once (``boxes[words]``) with peer tables of all ranks' addresses."""
     boxes: dict[int, list[Box]] = {}
 
@@ -337,7 +336,7 @@ def _decode_kernel(cand_ptr, t, u_ptr, nbytes_ptr, N: tl.constexpr, XBITS: tl.co
 
 
 def check_decode() -> int:
-    """The finals' short radix keys (:func:`.radix.decode_keys`): bfloat16 x / T (the
+    """The waiters' short radix keys (:func:`.radix.decode_keys`): bfloat16 x / T (the
     definition's scores, :func:`.reference.scaled`) gives 16-bit keys ordered like s (2 bytes);
     s values that are no x / T fall back to 4."""
     fails = 0
@@ -366,7 +365,7 @@ def check_decode() -> int:
 
 def check_dead() -> int:
     """Top-p's in-kernel fallback serves the rows its rounds left, and none once the
-    sampler's device flag says a wait timed out (:func:`..kernels.rest._alive`): those rows
+    sampler's device flag says a wait timed out (:func:`..kernels.topp_exact._alive`): those rows
     then keep -1. World size 1, flat rows that 64 candidate slots cannot decide."""
     gen = torch.Generator().manual_seed(11)
     m, n = 4, 300
@@ -429,14 +428,14 @@ def main() -> int:
     # serves several splits in turn, as at M > 32 on GPUs: row 7 reaches top-p's round
     # 2 and rows 0 and 4 overflow top-k's slots.
     names = ("IDLE_LEAST", "IDLE_PROGRAMS", "OVERFLOW_LEAST", "OVERFLOW_PROGRAMS")
-    saved = [getattr(launch, name) for name in names]
+    saved = [getattr(plans, name) for name in names]
     for name in names:
-        setattr(launch, name, 1)
+        setattr(plans, name, 1)
     try:
         fails += run(3, 5000, 8, random.randrange(2**31), torch.bfloat16)
     finally:
         for name, value in zip(names, saved, strict=True):
-            setattr(launch, name, value)
+            setattr(plans, name, value)
     return _report(fails)
 
 

@@ -9,7 +9,7 @@ round 2 decides (``tests.gpu.spill_logits``) and rows neither decides. It checks
 decided token against :mod:`.reference`, ``need`` iff a row is undecided, and
 ``(need, more) = (False, True)`` on the round-2 rows: the mailboxes' epochs stay in step
 whichever calls skip the round. Every rank's launcher runs the barrier that ranks
-sharing a GPU use before a kernel variant's first launch (``fused.launch.Launcher``), so the
+sharing a GPU use before a kernel variant's first launch (``fused.launcher.Launcher``), so the
 ranks must make the same barrier calls (a mismatch breaks the barrier and fails the
 run). Exit status 1 on a failure.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from logits_gather.sampling import reference
-from logits_gather.sampling.fused import rounds as fused
+from logits_gather.sampling.fused import fused
 from tests.emulated import Box
 from tests.gpu import SPILL_TOP_P, spill_logits
 

@@ -2,7 +2,7 @@
 
 A multi-warp reader whose readiness test is decided per warp lets its warps leave the
 wait at different polls; they then meet different ``bar.sync`` instructions and the
-kernel computes from partials of different steps (:mod:`.ll`, "Uniform polls"). In the
+kernel computes from partials of different steps (:mod:`.exchange`, "Uniform polls"). In the
 PTX such a loop is a loop header with volatile loads whose first conditional branch
 comes before any ``bar.sync``. ``tests/test_sampling_polls_compile.py``,
 ``scripts/sampling-compile-check.py`` and ``scripts/sampling-poll-sweep.py`` run it on

@@ -142,3 +142,30 @@ def test_no_print_in_the_library() -> None:
         )
     )
     assert printing == []
+
+
+def _any_parameters(path: Path, tree: ast.Module) -> list[str]:
+    """Parameters annotated a bare ``Any`` in ``tree``: each receives an object whose type
+    its reader must guess."""
+    return [
+        f"{path.name}:{node.lineno} {node.name}({arg.arg}: Any)"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
+        if arg.annotation is not None and ast.unparse(arg.annotation) in ("Any", "typing.Any")
+    ]
+
+
+def test_no_any_parameter_in_sampling() -> None:
+    """Sampling's modules pass each other typed objects (the sampler's state is
+    ``sampling.state.State``), never ``Any``. ``sampling.checks`` is exempt: it judges the
+    caller's arguments, whatever their type."""
+    planted = ast.parse("def f(sampler: Any, n: int, *, x: typing.Any = 0) -> Any: ...\n")
+    assert len(_any_parameters(PACKAGE / "sampling" / "a.py", planted)) == 2
+    problems = [
+        problem
+        for name, (path, tree) in MODULES.items()
+        if name.startswith("logits_gather.sampling") and name != "logits_gather.sampling.checks"
+        for problem in _any_parameters(path, tree)
+    ]
+    assert problems == []

@@ -456,7 +456,7 @@ def test_fused_launch_geometry(world: int, columns: int) -> None:
     gave wrong top_k tokens on GPUs: benchmarks/NOTES.md, session 3), and no kernel runs
     more than 8 warps (a 16-warp nucleus_final's optimised code returned wrong rows:
     FINAL_WARPS, session 13)."""
-    from logits_gather.sampling.fused.launch import FINAL_WARPS, NARROW, WIDE, Geometry
+    from logits_gather.sampling.fused.plans import FINAL_WARPS, NARROW, WIDE, Geometry
 
     assert FINAL_WARPS <= 8
 
@@ -472,7 +472,7 @@ def test_fused_launch_geometry(world: int, columns: int) -> None:
             assert 32 * plan.reduce <= max(32, geo.cand * plan.g)
             assert 32 * plan.final <= max(32, geo.cand * plan.kp)
             assert max(geo.warps, plan.probe, plan.reduce, plan.final) <= 8
-            # One launch per round (kernels/finals.py): the writer's lanes, and never more
+            # One launch per round (kernels/waiters.py): the writer's lanes, and never more
             # threads than the row work's elements; 0 means two launches.
             assert plan.probe_one == 0 or 2 * (1 + plan.g) <= 32 * plan.probe_one
             assert 32 * plan.probe_one <= max(32, geo.cand * plan.g)
@@ -484,7 +484,7 @@ def test_fused_radix_key_bits() -> None:
     """The overflow writer's and the final kernels' radix keys of x: 16 bits only for
     bfloat16 (exact there: its values fill fp32's top 16 bits), else all 32 (float16
     values need 19; fewer bits would tie distinct values and pick wrong cuts)."""
-    from logits_gather.sampling.fused.launch import xbits
+    from logits_gather.sampling.fused.plans import xbits
 
     assert xbits(torch.bfloat16) == 16
     assert xbits(torch.float16) == 32 and xbits(torch.float32) == 32
@@ -513,7 +513,7 @@ def test_topk_reduce_rebuilds_bfloat16_keys() -> None:
 def test_idle_writer_programs(splits: int, which: str) -> None:
     """Idle writers' programs per row: every split served (1..splits programs), about
     ``total`` in all once M is large, and never fewer than ``least`` per row."""
-    from logits_gather.sampling.fused import launch as geometry
+    from logits_gather.sampling.fused import plans as geometry
 
     total, least = (
         (geometry.IDLE_PROGRAMS, geometry.IDLE_LEAST)

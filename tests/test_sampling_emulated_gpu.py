@@ -7,7 +7,7 @@ dtype, temperatures (some 0) and seeds, logits whose adversarial rows (ties at a
 top-k cut, one dominant logit over an equal tail, NaN, inf, all -inf) sit at
 random rows, and delays a random rank; every rank's answer must equal the
 definition on the gathered logits. M spans greedy, sample and logprobs as one launch
-(:mod:`logits_gather.sampling.kernels.finals`, M up to ``single_rows``) and as two.
+(:mod:`logits_gather.sampling.kernels.waiters`, M up to ``single_rows``) and as two.
 ``LOGITS_GATHER_STRESS_ITERS`` sets the iterations per tp (default 12). Run with
 ``CUDA_MODULE_LOADING=EAGER`` (the kernels are also loaded before any rank waits:
 :meth:`tests.emulated.Ranks.warm`).
@@ -197,7 +197,7 @@ def test_emulated_ranks_match_gathered(world: int) -> None:
     rng = random.Random(1000 + world)
     for it in range(len(DTYPES)):  # every kernel and dtype (M, k and n: not specialised)
         small = max(1, min(5, ranks.fused[0].single_rows))
-        _iteration(ranks, rng, it, small, warm=True)  # one launch (kernels/finals.py) for small M,
+        _iteration(ranks, rng, it, small, warm=True)  # one launch (kernels/waiters.py) for small M,
         _iteration(ranks, rng, it, ranks.capacity, warm=True)  # two above single_rows
     assert 0 < ranks.fused[0].single_rows < ranks.capacity, "both paths must be exercised"
     for it in range(int(os.environ.get("LOGITS_GATHER_STRESS_ITERS", "12"))):
@@ -207,7 +207,7 @@ def test_emulated_ranks_match_gathered(world: int) -> None:
 @pytest.mark.parametrize("world", [2, 4])
 def test_rest_serves_rows_the_rounds_leave(world: int) -> None:
     """Flat rows (a nucleus of thousands), a per-row k of hundreds to thousands and min-p:
-    top-p's rounds leave rows undecided, and the in-kernel fallback (``kernels.rest``,
+    top-p's rounds leave rows undecided, and the in-kernel fallback (``kernels.topp_exact``,
     teams of several programs per rank spinning on each other) must give every rank the
     definition's token in every row."""
     from logits_gather.sampling import reference
@@ -246,7 +246,7 @@ def test_rest_serves_rows_the_rounds_leave(world: int) -> None:
 
 def test_topp_second_round_decides_a_dense_split() -> None:
     """One split dense near the top hides round 1's cut (every split's candidates stop
-    at the largest value some split left out); round 2 (``nucleus.again_*``) must then decide
+    at the largest value some split left out); round 2 (``topp.again_*``) must then decide
     the row, exactly, on every rank, without the fallback."""
     from logits_gather.sampling import reference
 

@@ -5,7 +5,7 @@ definition (harnesses: ``tests/sampling_interp.py``, ``tests/sampling_interp_rou
 - Top-p's second round skipped and run across a sequence of calls.
 - Top-p's in-kernel fallback serving no row once the sampler's device flag records a
   timed-out wait.
-- The one-launch rounds (:mod:`logits_gather.sampling.kernels.finals`, the filters' rounds) at
+- The one-launch rounds (:mod:`logits_gather.sampling.kernels.waiters`, the filters' rounds) at
   world size 1: greedy, sample, logprobs, min-p, top-k, top-p, top-k with top-p and
   min-p, and a per-row top-k whose rows turn it off, on rows with ties, NaN and long
   runs of equal values. Interpreted programs run one after

@@ -44,7 +44,7 @@ def test_barrier_after_load_before_first_launch() -> None:
     barrier runs, then it launches; later launches of the variant skip all three, whatever
     their rows or int arguments (a rank's own offset differs across ranks: the barrier
     calls must not)."""
-    from logits_gather.sampling.fused.launch import Launcher
+    from logits_gather.sampling.fused.launcher import Launcher
 
     log: list = []
     launch = Launcher(None, barrier=lambda: log.append("barrier"))
@@ -82,7 +82,7 @@ def test_barrier_after_load_before_first_launch() -> None:
 def test_a_constexpr_the_kernel_lacks_is_an_error() -> None:
     """A launch naming a constexpr that the kernel does not declare raises before
     compiling, naming the kernel and the names (the interpreter would ignore them)."""
-    from logits_gather.sampling.fused.launch import Launcher
+    from logits_gather.sampling.fused.launcher import Launcher
 
     log: list = []
     with pytest.raises(TypeError, match=r"a has no parameters \['PAIRS', 'Q'\]"):
@@ -237,7 +237,7 @@ def test_bound_launch_fixes_all_but_the_free_arguments(
     too). A bound launch that fails returns False (the caller
     then launches through the JIT route), which serves from then on (logged once):
     nothing binds afterwards."""
-    from logits_gather.sampling.fused import launch as launcher_mod
+    from logits_gather.sampling.fused import launcher as launcher_mod
 
     monkeypatch.setattr(launcher_mod, "_get_device", lambda: 0)
     log: list = []
@@ -272,7 +272,7 @@ def test_bound_launch_fixes_all_but_the_free_arguments(
 def test_pdl_launches_name_it_to_triton_and_to_the_kernel() -> None:
     """With ``pdl`` every launch is compiled with ``launch_pdl`` and gets ``PDL=True``, so
     the kernel's ``ll.enter`` waits for the kernel before it; without it ``PDL=False``."""
-    from logits_gather.sampling.fused.launch import Launcher
+    from logits_gather.sampling.fused.launcher import Launcher
 
     log: list = []
     fn = _Bindable(log)
@@ -374,7 +374,7 @@ def test_one_launch_binds_per_specialisation() -> None:
     pytest.importorskip("triton")
     from types import SimpleNamespace
 
-    from logits_gather.sampling.fused.rounds import Fused
+    from logits_gather.sampling.fused.fused import Fused
 
     launched: list = []
     box = SimpleNamespace(plans={}, check=lambda: None, peers=0, data=0, epoch=0, arrivals=0,
@@ -441,7 +441,7 @@ def test_every_launched_kernel_enters_through_pdl_wait() -> None:
 def test_pairs_only_where_every_row_starts_4_byte_aligned() -> None:
     """Greedy's and top-k's probe writers load int32 words of bfloat16 pairs only where
     every row of the shard starts 4-byte aligned: a misaligned word load faults."""
-    from logits_gather.sampling.fused.launch import pairs
+    from logits_gather.sampling.fused.plans import pairs
 
     x = torch.randn(4, 10).to(torch.bfloat16)
     assert pairs(x)

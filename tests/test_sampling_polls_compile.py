@@ -1,6 +1,6 @@
-"""The poll loops of the fused finals and of the in-kernel fallback, compiled for sm_90
+"""The poll loops of the fused waiters and of the in-kernel fallback, compiled for sm_90
 (needs Triton, no GPU): no multi-warp poll may leave its loop on a test that one warp
-decides alone (:mod:`logits_gather.sampling.kernels.ll`, "Uniform polls"). Skipped where
+decides alone (:mod:`logits_gather.sampling.kernels.exchange`, "Uniform polls"). Skipped where
 Triton is absent."""
 
 from __future__ import annotations

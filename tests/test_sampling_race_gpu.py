@@ -3,7 +3,7 @@ eagerly, the stream synchronised after every call, for several steps with fresh 
 
 That pattern (two ranks sharing one H200, sessions 10 and 11) made a multi-warp final
 kernel compute a top-p row wrongly on one rank in most passes while its poll's exit
-test was warp-local (:mod:`logits_gather.sampling.kernels.ll`, "Uniform polls"): its warps
+test was warp-local (:mod:`logits_gather.sampling.kernels.exchange`, "Uniform polls"): its warps
 left the poll apart and met the wrong barriers. Every call is checked against the
 reference and for timed-out waits (a wait that gives up returns stale words).
 """

@@ -6,7 +6,7 @@ kernel aborts, CUDA reports it at the next synchronising call, and ``check()``
 names the cause. A stalled peer that calls late still gets the right answer.
 
 ``top_p`` uses flat rows, which the candidate round cannot decide, so the call goes on
-into the in-kernel fallback (kernels/rest.py) after the first wait has timed out. The
+into the in-kernel fallback (kernels/topp_exact.py) after the first wait has timed out. The
 fallback must see the timeout and skip its own waits: with ``raise`` the call costs three
 timeouts (the greedy round's wait, then round 1's two: its heads and its candidates), not
 more per pass of the fallback. A stalled peer there either gets the right tokens or times

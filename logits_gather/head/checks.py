@@ -14,17 +14,12 @@ from typing import Any
 
 import torch
 
+from ..logs import log_once
+
 log = logging.getLogger("logits_gather.head")
 
 KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 ALIGN = 16  # bytes: the kernel's vector loads and stores
-_logged: set[str] = set()
-
-
-def log_once(message: str, level: int = logging.INFO) -> None:
-    if message not in _logged:
-        _logged.add(message)
-        log.log(level, message)
 
 
 def linear_error(
@@ -91,6 +86,7 @@ def aligned(t: torch.Tensor, name: str) -> torch.Tensor:
     if t.is_contiguous() and t.data_ptr() % ALIGN == 0:
         return t
     log_once(
+        log,
         f"LogitsGather.linear: {name} is not contiguous and 16-byte aligned, so it is "
         "copied on every such call (pass contiguous, aligned tensors to avoid the copy)",
         logging.WARNING,

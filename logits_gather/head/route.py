@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from .checks import log_once, unfusable
+from ..logs import log_once
+from .checks import log, unfusable
 from .table import Tile, pick
 
 
@@ -73,14 +74,15 @@ class HeadRoute:
         if why:
             if fused:
                 raise ValueError(f"LogitsGather.linear(fused=True) is impossible here: {why}")
-            log_once(f"LogitsGather.linear: F.linear (cuBLAS) + the gather, because {why}")
+            log_once(log, f"LogitsGather.linear: F.linear (cuBLAS) + the gather, because {why}")
             return None
         tile = pick(m, hidden_size, self._columns, forced=bool(fused))
         if tile is None:
             log_once(
+                log,
                 f"LogitsGather.linear: F.linear (cuBLAS) + the gather for some M at "
                 f"H={hidden_size}, columns={self._columns}, where the tile table found cuBLAS "
-                "faster (logits_gather/head/table.py)"
+                "faster (logits_gather/head/table.py)",
             )
         return tile
 

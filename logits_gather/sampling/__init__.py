@@ -5,8 +5,9 @@ rank. :func:`greedy` and :func:`sample` equal :mod:`.reference` of the gathered 
 for bit at every tp; :func:`logprobs` is within ``1e-6 * (1 + |ref|)`` of the exact value.
 
 Modules: :mod:`.reference` (the definition, every tie rule), :mod:`.sampler` (the class;
-which path serves which call), :mod:`.checks`, :mod:`.exact` (the torch-ops path, any
-device), :mod:`.fused` and :mod:`.kernels` (the GPU path).
+which path serves which call), :mod:`.checks`, :mod:`.state` (what the paths share),
+:mod:`.exact` (the torch-ops path, any device), :mod:`.fused` and :mod:`.kernels` (the GPU
+path).
 
 The functions here share a sampler per ``(group, device, N)`` that grows with ``M``; its
 builds are collective, so every rank makes the same calls with the same ``M``, filters and
@@ -31,13 +32,18 @@ def cached_sampler(
     shard: torch.Tensor, *, group: dist.ProcessGroup | None = None
 ) -> VocabParallelSampler:
     """The sampler the functions here use for ``shard`` (collective when it is new)."""
+    return _cached(shard, group, _checked(shard, group)[0])
+
+
+def _checked(shard: torch.Tensor, group: dist.ProcessGroup | None) -> tuple[int, int]:
+    """``(M, V)`` of ``shard`` and ``group``, checked: a call's one check of its shard,
+    before any collective."""
     m = checks.shard(shard)
-    checks.world(group)
-    return _sampler(shard, group, m)
+    return m, checks.world(group) * shard.shape[1]
 
 
-def _sampler(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> VocabParallelSampler:
-    """:func:`cached_sampler` for a ``shard`` of ``m`` rows already checked (and the group)."""
+def _cached(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> VocabParallelSampler:
+    """The sampler for a checked ``shard`` of ``m`` rows, its capacity grown past ``m``."""
     # The default group object changes when the process group is re-created.
     key = (dist.group.WORLD if group is None else group, shard.device, shard.shape[1])
     sampler = _samplers.get(key)
@@ -46,6 +52,7 @@ def _sampler(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> Vo
         sampler = VocabParallelSampler(shard.shape[1], capacity, shard.device, group)
         sampler.grow = True
         _samplers[key] = sampler
+    sampler.state.fit(m)
     return sampler
 
 
@@ -60,7 +67,7 @@ def free_samplers() -> int:
 
 def greedy(shard: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Global argmax ``[M]``; see :meth:`VocabParallelSampler.greedy`."""
-    return cached_sampler(shard, group=group).greedy(shard)
+    return _cached(shard, group, _checked(shard, group)[0]).greedy_rows(shard)
 
 
 def sample(
@@ -75,13 +82,10 @@ def sample(
     group: dist.ProcessGroup | None = None,
 ) -> torch.Tensor:
     """Sampled token ids ``[M]``; see :meth:`VocabParallelSampler.sample`."""
-    m = checks.shard(shard)
-    vocab = checks.world(group) * shard.shape[1]
+    m, vocab = _checked(shard, group)
     args = checks.sample_args(m, vocab, shard.device, True, temperature, seed, positions,
                               top_k, top_p, min_p)  # fmt: skip
-    sampler = _sampler(shard, group, m)
-    sampler.rows(shard)  # the sampler's own check; grows its capacity past M
-    return sampler.sample_rows(shard, *args)
+    return _cached(shard, group, m).sample_rows(shard, *args)
 
 
 def logprobs(
@@ -92,13 +96,10 @@ def logprobs(
     group: dist.ProcessGroup | None = None,
 ) -> Logprobs:
     """Token logprobs and optional top-n; see :meth:`VocabParallelSampler.logprobs`."""
-    m = checks.shard(shard)
-    vocab = checks.world(group) * shard.shape[1]
+    m, vocab = _checked(shard, group)
     ids = checks.token_ids(token_ids, m, vocab, shard.device, True)
     n = checks.top_n(top_n, vocab)
-    sampler = _sampler(shard, group, m)
-    sampler.rows(shard)
-    return sampler.logprobs_rows(shard, ids, n)
+    return _cached(shard, group, m).logprobs_rows(shard, ids, n)
 
 
 __all__ = [

@@ -7,9 +7,9 @@ scalars that are off (``top_k`` 0 or >= V, ``top_p >= 1``, ``min_p <= 0``):
 
 | filters | path |
 |---|---|
-| none | :meth:`.fused.rounds.Fused.sample` |
-| ``min_p`` alone | :meth:`.fused.rounds.Fused.sample_minp` |
-| an int ``top_k <= 64`` (and ``top_p``, ``min_p``) | :meth:`.fused.rounds.Fused.sample_topk` |
+| none | :meth:`.fused.fused.Fused.sample` |
+| ``min_p`` alone | :meth:`.fused.fused.Fused.sample_minp` |
+| an int ``top_k <= 64`` (and ``top_p``, ``min_p``) | :meth:`.fused.fused.Fused.sample_topk` |
 | ``top_p``, a larger or per-row ``top_k`` (and ``min_p``) | :func:`.fused.cuts.sample` |
 
 The last row's candidate rounds leave some rows undecided; an exact in-kernel fallback
@@ -27,8 +27,9 @@ from . import checks
 from .exact import filters, ops
 from .exact.filters import MAX_CANDIDATES
 from .fused import cuts, mailbox, policy
-from .fused.launch import dense
+from .fused.plans import dense
 from .reference import Logprobs
+from .state import State
 
 
 class VocabParallelSampler:
@@ -65,28 +66,54 @@ class VocabParallelSampler:
             raise ValueError("; ".join(problems + more))
         self.group = group
         self.rank: int = dist.get_rank(group)
-        self.columns, self.capacity = columns, capacity
+        self.columns = columns
         self.vocab = columns * self.world_size
         self.device: torch.device = device
         self.check_values = bool(check_values)
         self.timeout_s, self.on_timeout = timeout_s, on_timeout
-        self.grow = False  # the module functions' samplers grow their capacity
-        start = self.rank * columns
-        self.ids = torch.arange(start, start + columns, dtype=torch.int64, device=device)
-        """This rank's global token ids (int64 ``[columns]``), the noise's counters."""
-        self._low = ((1 << 32) - 1) - self.ids
-        self._backend = backend
-        self._exchanges: dict[int, ops.Exchange] = {}
-        self._retired: list[ops.Exchange] = []  # grown exchanges' predecessors
-        self._boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
-        self.filled: dict[tuple, torch.Tensor] = {}  # scalar filters' rows (cuts.filled)
-        self.held: list[torch.Tensor] = []  # those rows that CUDA graphs read (cuts.filled)
+        boxes = mailbox.Mailboxes(group, device, timeout_s, on_timeout == "trap")
+        self.state = State(group, device, self.rank, self.world_size, columns, capacity,
+                           backend, timeout_s, boxes)  # fmt: skip
+        self._low = ((1 << 32) - 1) - self.state.ids
         self._zeros: list[torch.Tensor] = []  # positions' zeros (_zero_positions)
         self.fused = None
         if fused and backend != "torch.distributed":
-            self.fused = policy.decide(self, on_timeout == "trap")
+            self.fused = policy.decide(self.state, on_timeout == "trap")
         if self.fused is None:
             self.exchange_for(ops.GREEDY_WIDTH, capacity)
+
+    @property
+    def capacity(self) -> int:
+        """Rows a call may have (a growing sampler doubles it past a larger ``M``)."""
+        return self.state.capacity
+
+    @capacity.setter
+    def capacity(self, value: int) -> None:
+        self.state.capacity = value
+
+    @property
+    def grow(self) -> bool:
+        """Whether calls grow :attr:`capacity` (the module functions' samplers)."""
+        return self.state.grow
+
+    @grow.setter
+    def grow(self, value: bool) -> None:
+        self.state.grow = value
+
+    @property
+    def ids(self) -> torch.Tensor:
+        """This rank's global token ids (int64 ``[columns]``), the noise's counters."""
+        return self.state.ids
+
+    @property
+    def filled(self) -> dict:
+        """Scalar filters' rows (:func:`.fused.cuts.filled`)."""
+        return self.state.filled
+
+    @property
+    def held(self) -> list[torch.Tensor]:
+        """Those rows that CUDA graphs read (:func:`.fused.cuts.filled`)."""
+        return self.state.held
 
     @property
     def backend(self) -> str:
@@ -98,28 +125,22 @@ class VocabParallelSampler:
     @property
     def exchanges(self) -> tuple[ops.Exchange, ...]:
         """The torch-ops path's exchanges built so far, one per payload width."""
-        return tuple(self._exchanges.values())
+        return tuple(self.state.exchanges.values())
 
     def box(self, words: int, rows: int) -> mailbox.Mailbox:
         """The fused kernels' mailbox of ``words`` words per rank for ``rows`` rows."""
-        return self._boxes.get(words, rows, self.capacity)
+        return self.state.box(words, rows)
 
     def check(self) -> None:
         """Raises :class:`~logits_gather.PeerTimeoutError` if a fused kernel or an exchange
         timed out waiting for a peer (no sync: call it after the work to judge)."""
-        self._boxes.check()
-        for ex in self._exchanges.values():
+        self.state.boxes.check()
+        for ex in self.state.exchanges.values():
             ex.gather.check(synchronize=False)
 
     def exchange_for(self, width: int, rows: int) -> ops.Exchange:
         """The exchange of ``width`` fp32 words for ``rows`` rows (collective if built)."""
-        ex = self._exchanges.get(width)
-        if ex is None or ex.capacity < rows:
-            new = ops.build(width, rows, self.group, self.device, self._backend, self.capacity, ex)
-            if ex is not None:  # a peer may still read it, and graphs captured with it do
-                self._retired.append(ex)
-            self._exchanges[width] = ex = new
-        return ex
+        return self.state.exchange_for(width, rows)
 
     def _zero_positions(self, m: int) -> torch.Tensor:
         """int64 zeros ``[m]``, the positions when the caller gives none: a view of a buffer
@@ -133,13 +154,17 @@ class VocabParallelSampler:
         """``M`` of a checked ``shard``; a growing sampler doubles its capacity past it."""
         cap = None if self.grow else self.capacity
         m = checks.shard(shard, columns=self.columns, device=self.device, capacity=cap)
-        if m > self.capacity:
-            self.capacity = max(1 << (m - 1).bit_length(), 2 * self.capacity)
+        self.state.fit(m)
         return m
 
     def greedy(self, shard: torch.Tensor) -> torch.Tensor:
         """Global argmax ``[M]`` (int64), exactly ``torch.argmax`` of the gathered rows."""
-        m = self.rows(shard)
+        self.rows(shard)
+        return self.greedy_rows(shard)
+
+    def greedy_rows(self, shard: torch.Tensor) -> torch.Tensor:
+        """:meth:`greedy` of a checked ``shard`` (its capacity fitted)."""
+        m = shard.shape[0]
         if self.fused is not None:
             return self.fused.greedy(dense(shard))
         ex = self.exchange_for(ops.GREEDY_WIDTH, m)
@@ -168,9 +193,9 @@ class VocabParallelSampler:
         return self.sample_rows(shard, *checks.sample_args(m, self.vocab, self.device, cv, *args))
 
     def sample_rows(self, shard, t, seeds, positions, k, p, mp) -> torch.Tensor:
-        """:meth:`sample` for arguments as :mod:`.checks` returns them, routed by the
-        module's table."""
-        m, fused = shard.shape[0], self.fused
+        """:meth:`sample` for a checked ``shard`` (its capacity fitted) and arguments as
+        :mod:`.checks` returns them, routed by the module's table."""
+        m, fused, state = shard.shape[0], self.fused, self.state
         if positions is None:
             positions = self._zero_positions(m)
         k = None if isinstance(k, int) and not 0 < k < self.vocab else k  # scalars off
@@ -182,16 +207,13 @@ class VocabParallelSampler:
             if k is None and p is None and mp is None:
                 return fused.sample(shard, t.view(m), rows)
             if isinstance(k, int) and k <= MAX_CANDIDATES:
-                pv, mpv = cuts.filter_rows(self, p, mp, m)
+                pv, mpv = cuts.filter_rows(state, p, mp, m)
                 return fused.sample_topk(shard, t.view(m), rows, k, pv, mpv)
             if k is not None or p is not None:
-                return cuts.sample(self, shard, t, rows, k, p, mp)
-            mpv = cuts.filled(self, mp, m, torch.float32).view(m)
+                return cuts.sample(state, fused, shard, t, rows, k, p, mp)
+            mpv = cuts.filled(state, mp, m, torch.float32).view(m)
             return fused.sample_minp(shard, t.view(m), rows, mpv)
-        mp = cuts.rows(mp, m, torch.float32, self.device)
-        k = cuts.rows(k, m, torch.int64, self.device)
-        p = cuts.rows(p, m, torch.float64, self.device)
-        return filters.sample(self, shard, t, seeds, positions, k, p, mp)
+        return filters.sample(state, shard, t, seeds, positions, k, p, mp)
 
     def logprobs(self, shard: torch.Tensor, token_ids: torch.Tensor, *, top_n: int = 0) -> Logprobs:
         """fp32 log_softmax of the gathered rows at ``token_ids`` (global ids), and the

@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 import os
 
-from .settings import DISABLE_ENV, Settings, env_disabled, log_once
+from ..logs import log_once
+from .settings import DISABLE_ENV, Settings, env_disabled
 
 log = logging.getLogger("logits_gather.vllm")
 
@@ -57,7 +58,7 @@ def register() -> None:
     _route_logs_to_vllm()
     settings = Settings.load(None)  # validates the variables; additional_config comes later
     if env_disabled():
-        log_once(f"logits_gather: vLLM plugin disabled by {DISABLE_ENV} (pid {os.getpid()})")
+        log_once(log, f"logits_gather: vLLM plugin disabled by {DISABLE_ENV} (pid {os.getpid()})")
         return
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
@@ -78,9 +79,10 @@ def register() -> None:
         return
     LogitsProcessor.register_oot(GatherLogitsProcessor)
     log_once(
+        log,
         f"logits_gather: registered GatherLogitsProcessor in pid {os.getpid()} "
         f"(environment: {settings.describe()}; additional_config is read when the "
-        "model is built)"
+        "model is built)",
     )
 
 

@@ -57,10 +57,11 @@ from vllm.distributed import get_tp_group
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
 from ..gather import LogitsGather
+from ..logs import log_once
 from ..slots import slot_count
 from . import head, memory
 from .context import call_mode, current_role, needs_copy, speculator_captures_full
-from .settings import CAPACITY_ENV, Settings, log_once
+from .settings import CAPACITY_ENV, Settings
 
 log = logging.getLogger("logits_gather.vllm")
 _PENDING, _READY, _STOCK = "pending", "ready", "stock"
@@ -154,8 +155,9 @@ class GatherLogitsProcessor(LogitsProcessor):
         lg = self._lg
         if m > lg.capacity:
             log_once(
+                log,
                 f"logits_gather: {self.role} steps with more than {lg.capacity} logit rows "
-                f"use vLLM's all-gather (capacity / memory_mib, {CAPACITY_ENV})"
+                f"use vLLM's all-gather (capacity / memory_mib, {CAPACITY_ENV})",
             )
             return None
         if columns != lg.columns or dtype is not lg.dtype:
@@ -258,6 +260,7 @@ class GatherLogitsProcessor(LogitsProcessor):
             kwargs["on_timeout"] = s.on_timeout
         else:
             log_once(
+                log,
                 "logits_gather: this LogitsGather has no on_timeout option: a timed-out "
                 "gather returns incomplete logits and only the next call raises",
                 logging.WARNING,

@@ -45,14 +45,6 @@ BACKENDS = ("auto", "symm_mem", "torch.distributed")
 ON_TIMEOUT = ("trap", "raise")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
-_logged: set[str] = set()
-
-
-def log_once(message: str, level: int = logging.INFO) -> None:
-    """Logs ``message`` the first time this process sees it."""
-    if message not in _logged:
-        _logged.add(message)
-        log.log(level, message)
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -160,4 +152,4 @@ def env_disabled(environ: Mapping[str, str] | None = None) -> bool:
     return _flag(env.get(DISABLE_ENV, ""), DISABLE_ENV)
 
 
-__all__ = ["BACKENDS", "CONFIG_KEY", "Settings", "env_disabled", "log_once"]
+__all__ = ["BACKENDS", "CONFIG_KEY", "Settings", "env_disabled"]

@@ -8,17 +8,21 @@ no host sync, so it captures in CUDA graphs. Correct, not fast (up to 10 small e
 4. one exchange of the best ``s + noise`` over the kept set.
 
 It serves every filtered call of a sampler without the fused kernels (the fused path has
-its own exact fallback, :mod:`..kernels.rest`).
+its own exact fallback, :mod:`..kernels.topp_exact`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
 from .. import reference
 from . import ops
+
+if TYPE_CHECKING:
+    from ..state import State
 
 RADIX_BITS = 8
 BINS = 1 << RADIX_BITS
@@ -76,32 +80,51 @@ def threshold(
 _SMAX = 1  # payload column (fp32) of the local max of s in the greedy exchange
 
 
-def sample(sampler, shard, t, seed, positions, top_k, top_p, min_p) -> torch.Tensor:
-    """``t`` fp32 ``[M, 1]``, ``seed``/``positions`` int64 ``[M]``; filters None or
-    ``[M, 1]`` tensors (``top_k`` int64, ``top_p`` float64, ``min_p`` fp32) on the
-    sampler's device. ``shard`` is only read."""
+def rows(value: float | int | torch.Tensor | None, m: int, dtype: torch.dtype, dev: torch.device):
+    """None, or a filter's scalar or ``[M, 1]`` tensor as ``[M, 1]`` of ``dtype``."""
+    if value is None or isinstance(value, torch.Tensor):
+        return value
+    return torch.full((m, 1), value, dtype=dtype, device=dev)
+
+
+def sample(
+    state: State,
+    shard: torch.Tensor,
+    t: torch.Tensor,
+    seed: torch.Tensor,
+    positions: torch.Tensor,
+    top_k: int | torch.Tensor | None,
+    top_p: float | torch.Tensor | None,
+    min_p: float | torch.Tensor | None,
+) -> torch.Tensor:
+    """``t`` fp32 ``[M, 1]``, ``seed``/``positions`` int64 ``[M]``; filters None, a scalar
+    or ``[M, 1]`` tensors (``top_k`` int64, ``top_p`` float64, ``min_p`` fp32) on the
+    state's device. ``shard`` is only read."""
     m = shard.shape[0]
+    min_p = rows(min_p, m, torch.float32, state.device)
+    top_k = rows(top_k, m, torch.int64, state.device)
+    top_p = rows(top_p, m, torch.float64, state.device)
     s = reference.scaled(shard, t)
-    g = s + reference.gumbel(seed, positions, sampler.ids)
-    ex = sampler.exchange_for(ops.GREEDY_WIDTH, m)
+    g = s + reference.gumbel(seed, positions, state.ids)
+    ex = state.exchange_for(ops.GREEDY_WIDTH, m)
     ops.pack_greedy(shard, ex.payload[:m])
     ex.payload[:m, _SMAX].copy_(s.amax(1))
     first = ex.send(m)
-    greedy = ops.combine_greedy(first, shard.dtype, sampler.columns)
+    greedy = ops.combine_greedy(first, shard.dtype, state.columns)
     smax = first[..., _SMAX].amax(1, keepdim=True)
     off = ~torch.isfinite(smax)  # top-k and top-p are off in these rows
     keep = torch.ones_like(s, dtype=torch.bool)
     if min_p is not None:
         keep &= ~(s < smax + torch.log(min_p)) | (min_p == 0)
     if top_k is not None or top_p is not None:
-        radix = sampler.exchange_for(RADIX_WIDTH, m)
+        radix = state.exchange_for(RADIX_WIDTH, m)
         keys = ordered_keys(s)
 
         def select(weight, target) -> torch.Tensor:
             return threshold(keys, weight, target, lambda _: radix.send(m), radix.payload[:m])
 
     if top_k is not None:
-        k = torch.where(top_k > 0, top_k, sampler.vocab).clamp_(1, sampler.vocab)
+        k = torch.where(top_k > 0, top_k, state.vocab).clamp_(1, state.vocab)
         keep &= (keys >= select(None, k)) | off
     if top_p is not None:
         q = torch.floor(torch.exp(s - smax) * reference.MASS_SCALE).nan_to_num_(0.0)
@@ -111,7 +134,7 @@ def sample(sampler, shard, t, seed, positions, top_k, top_p, min_p) -> torch.Ten
             return torch.minimum(torch.ceil(z.double() * top_p).to(torch.int64).clamp_(min=1), z)
 
         keep &= (keys >= select(q, thr)) | (top_p >= 1) | off
-    best = sampler.exchange_for(ops.BEST_WIDTH, m)
+    best = state.exchange_for(ops.BEST_WIDTH, m)
     ops.pack_greedy(g.masked_fill_(~keep, ops.NEG_INF), best.payload[:m])
-    sampled = ops.combine_greedy(best.send(m), torch.float32, sampler.columns)
+    sampled = ops.combine_greedy(best.send(m), torch.float32, state.columns)
     return torch.where(t[:, 0] == 0, greedy, sampled)

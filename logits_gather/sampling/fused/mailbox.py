@@ -1,5 +1,5 @@
 """Mailboxes: the symmetric buffers of the fused kernels' exchanges (protocol:
-:mod:`..kernels.ll`). A :class:`Mailbox` is built collectively by every rank with the same
+:mod:`..kernels.exchange`). A :class:`Mailbox` is built collectively by every rank with the same
 arguments; :class:`Mailboxes` keeps a sampler's, one per row width.
 """
 
@@ -23,8 +23,8 @@ def status_block(dead: torch.Tensor, *, pinned: bool) -> torch.Tensor:
     """A mailbox's status block: int32 words 0-3 record a timed-out wait
     (:func:`logits_gather.kernel.timed_out`), in host memory (pinned on CUDA) that the host
     still reads after a trap; words 4-5 hold the address of ``dead``, the sampler's device
-    flag, which a wait that timed out and returns sets (:func:`..kernels.ll.wait`). The
-    fallback polls that flag (:func:`..kernels.rest.nucleus_rest`), never this block: a
+    flag, which a wait that timed out and returns sets (:func:`..kernels.exchange.wait`). The
+    fallback polls that flag (:func:`..kernels.topp_exact.nucleus_rest`), never this block: a
     read of host memory from every program cost about 135 us per row."""
     block = torch.zeros(8, dtype=torch.int32, pin_memory=pinned)
     block.view(torch.int64)[2] = dead.data_ptr()
@@ -95,7 +95,7 @@ class Mailbox:
         self.peers = torch.tensor(bases, dtype=torch.int64, device=device)
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
         self.arrivals = torch.zeros(capacity, dtype=torch.int32, device=device)  # one launch
-        self.plans: dict[tuple, object] = {}  # bound launches over this mailbox (rounds.py)
+        self.plans: dict[tuple, object] = {}  # bound launches over this mailbox (fused.py)
         self.timeout_us = max(1, int(timeout_s * 1e6))
         self.trap = trap
         self.flags: torch.Tensor | None = None  # top-k's overflow marks, if used

@@ -16,14 +16,19 @@ import contextlib
 import datetime
 import logging
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from ... import symmetric
 from ...checks import agree
-from .launch import pdl_capable
+from .launcher import pdl_capable
+
+if TYPE_CHECKING:
+    from ..state import State
+    from .fused import Fused
 
 log = logging.getLogger(__name__)
 WHAT = "VocabParallelSampler construction"
@@ -48,14 +53,14 @@ def available(device: torch.device) -> bool:
     if device.type != "cuda":
         return False
     try:
-        from . import rounds  # noqa: F401 - imports the Triton kernels
+        from . import fused  # noqa: F401 - imports the Triton kernels
     except Exception:  # noqa: BLE001 - no Triton (or a broken one): the torch-ops path
         return False
     return True
 
 
 def single_rows(infos: list[dict[str, Any]]) -> int:
-    """The most rows of a one-launch call: half the SMs (:mod:`..kernels.finals`, Progress)."""
+    """The most rows of a one-launch call: half the SMs (:mod:`..kernels.waiters`, Progress)."""
     return max(1, symmetric.max_ctas(infos) // 2)
 
 
@@ -87,9 +92,9 @@ COMPILE_S = 300.0
 _warned_lazy: list[bool] = []  # the lazy-loading warning, once per process
 
 
-def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
+def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Callable[[], None]:
     """The host barrier that ranks sharing a GPU run before each fused kernel variant's
-    first launch (:class:`.launch.Launcher`): loading a CUDA module waits for the GPU to
+    first launch (:class:`.launcher.Launcher`): loading a CUDA module waits for the GPU to
     drain, a peer's waiting kernel included, which may wait for a writer this rank
     launches only after the load. gloo's monitored barrier (such groups are gloo: NCCL
     refuses two ranks on one GPU) raises after ``timeout_s`` (at least :data:`COMPILE_S`)
@@ -115,40 +120,40 @@ def sharing_barrier(group: dist.ProcessGroup | None, timeout_s: float) -> Any:
     return barrier
 
 
-def decide(sampler: Any, trap: bool) -> Any:
-    """The sampler's :class:`.rounds.Fused`, or None for the torch-ops path; builds the
-    first mailboxes. Collective."""
-    device = sampler.device
+def decide(state: State, trap: bool) -> Fused | None:
+    """The sampler's :class:`.fused.Fused` for its ``state``, or None for the torch-ops
+    path; builds the first mailboxes. Collective."""
+    device = state.device
     on = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with on:  # collectives and symmetric memory on this rank's GPU
         use_torch, problems = torch_wanted()
-        agree(sampler.group, {TORCH_ENV: use_torch}, problems, what=WHAT)
+        agree(state.group, {TORCH_ENV: use_torch}, problems, what=WHAT)
         if use_torch:
             log.info("VocabParallelSampler: torch-ops path, because %s=1", TORCH_ENV)
             return None
         local = None
-        if sampler.world_size > MAX_WORLD:
-            local = f"{sampler.world_size} ranks > {MAX_WORLD} (not validated on GPUs)"
+        if state.world_size > MAX_WORLD:
+            local = f"{state.world_size} ranks > {MAX_WORLD} (not validated on GPUs)"
         elif device.type == "cuda" and not available(device):
             local = "the fused kernels do not import"
-        why, sharing, half = fast_path_problem(sampler.group, device, local)
+        why, sharing, half = fast_path_problem(state.group, device, local)
         if why is not None:
             log.info("VocabParallelSampler: torch-ops path, because %s", why)
             return None
-        from .rounds import Fused
+        from .fused import Fused
 
         f = Fused(
-            sampler.columns,
-            sampler.world_size,
-            sampler.rank,
-            sampler.box,
+            state.columns,
+            state.world_size,
+            state.rank,
+            state.box,
             trap,
             half if sharing else None,
             device.index,
-            sharing_barrier(sampler.group, sampler.timeout_s) if sharing else None,
+            sharing_barrier(state.group, state.timeout_s) if sharing else None,
             0 if sharing else half,
             pdl=not sharing and pdl_capable(device),
         )
         for op in ("greedy", "sample"):
-            sampler.box(f.words(op), sampler.capacity)
+            state.box(f.words(op), state.capacity)
         return f

@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .ll import HW
+from .exchange import HW
 
 KEY_MIN: tl.constexpr = tl.constexpr(-(1 << 63))
 LOW: tl.constexpr = tl.constexpr(0xFFFFFFFF)

@@ -33,9 +33,9 @@ The cut and ``tau`` are searched over radix keys ordered like ``s``
 
 A per-row ``k`` (int64 ``[M]``) runs :func:`rowk_local` as round 2's first writer: rows
 with ``k`` off (0 or ``>= V``) write the sample format into the first two words per split
-and mark no split; :func:`topk_row` (``PLAIN``) reads them as :func:`.finals.sample_row`
+and mark no split; :func:`topk_row` (``PLAIN``) reads them as :func:`.waiters.sample_row`
 does, so their tokens are the sample path's (min-p's). Rows with ``KMAX < k < V`` get the
-token -1, for top-p's in-kernel fallback (:mod:`.rest`), which the caller launches next.
+token -1, for top-p's in-kernel fallback (:mod:`.topp_exact`), which the caller launches next.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import ll
-from .finals import sample_row
+from . import exchange as ll
+from .exchange import gathered, last_arrival, place, row_box, row_target
 from .keys import (
     KEY_MIN,
     LOW,
@@ -57,7 +57,6 @@ from .keys import (
     radix_bits,
     value,
 )
-from .ll import gathered, last_arrival, place, row_box, row_target
 from .noise import divisor, row_key, scale, score_keys, scores, use_greedy
 from .radix import (
     decode_keys,
@@ -69,6 +68,7 @@ from .radix import (
     tau_level,
     top_select,
 )
+from .waiters import sample_row
 from .writers import full, full_at, load_at, load_row, minp_write, sample_write
 
 KMAX: tl.constexpr = tl.constexpr(64)  # the largest k the candidates serve (MAX_CANDIDATES)

@@ -1,9 +1,9 @@
 """The fused kernels' writers of greedy, sampling, min-p and logprobs.
 
 Program ``(row, split)`` of a ``*_local`` kernel reads ``BLOCK`` columns of its row once,
-keeps them in registers and stores ``F`` words into every rank's mailbox (:mod:`.ll`) at
+keeps them in registers and stores ``F`` words into every rank's mailbox (:mod:`.exchange`) at
 ``OWN + HEAD + split * F ..``, ``OWN`` this rank's part of the row. Each ``*_write`` is one
-program's work, shared with the one-launch kernels (:mod:`.finals`). Words per split:
+program's work, shared with the one-launch kernels (:mod:`.waiters`). Words per split:
 
 ==============  ==========================================  ======  ====
 kernel          words per split                             ``F``   HEAD
@@ -15,7 +15,7 @@ logprobs_local  (max, sum exp) fp32 pair, top_n keys (x, j) 1 + NP  1
 ==============  ==========================================  ======  ====
 
 logprobs' head word is the token's logit, stored by split 0 of each rank. Top-k's and
-top-p's layouts are in :mod:`.topk` and :mod:`.nucleus`.
+top-p's layouts are in :mod:`.topk` and :mod:`.topp`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from . import ll
+from . import exchange as ll
+from .exchange import row_target
 from .keys import (
     argmax_key,
     best_key,
@@ -38,7 +39,6 @@ from .keys import (
     value,
     word16,
 )
-from .ll import row_target
 from .noise import divisor, row_key, scale, scores
 
 
@@ -187,7 +187,7 @@ def minp_local(
     own, N, col0, BLOCK: tl.constexpr, WORLD: tl.constexpr, THREADS: tl.constexpr,
     PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """min-p after :func:`.finals.greedy_final`: [global greedy key, best score key among
+    """min-p after :func:`.waiters.greedy_final`: [global greedy key, best score key among
     ``s >= s_max + log(min_p)``] with ``s_max = x_max / T``; the sample format."""
     ll.enter(PDL)
     minp_write(tl.program_id(0).to(tl.int64), tl.program_id(1), x_ptr, x_stride, t_ptr,

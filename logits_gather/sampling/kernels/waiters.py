@@ -1,14 +1,14 @@
 """The waiting kernels of greedy, sampling, min-p and logprobs, and their one-launch forms.
 
 A ``*_final`` kernel runs one CTA per row (a bounded grid loops over rows), waits in
-:func:`.ll.wait` until all ``W * S`` splits of its row carry the row's next epoch, reduces
+:func:`.exchange.wait` until all ``W * S`` splits of its row carry the row's next epoch, reduces
 them, writes the answer and stores the epoch. Each ``*_row`` is one row's work.
 
 One launch per round
 --------------------
 A ``*_one`` kernel is a writer of :mod:`.writers` on the same ``(M, S)`` grid, storing the
 same words into the same mailbox, followed by the row work, done by the row's last program
-to arrive on this rank (:func:`.ll.last_arrival`). A separate waiting kernel costs a launch:
+to arrive on this rank (:func:`.exchange.last_arrival`). A separate waiting kernel costs a launch:
 on the host about as much as the rest of an eager greedy call.
 
 Arrival: each mailbox has a private ``int32`` count per row, zero at rest. A program stores
@@ -26,7 +26,7 @@ readers per rank wait, only for peers' writers, which never wait; so the one-lau
 runs only while ``M`` is at most half the SMs (:func:`..fused.policy.single_rows`), with one
 rank per GPU, outside graph capture. One kernel has one warp count: the host picks the
 writer's, capped so that the row work's selects never get more threads than elements
-(:func:`..fused.launch.one_warps`).
+(:func:`..fused.plans.one_warps`).
 
 Measured (one H200, world size 1, M=4): one bound launch per round took an eager greedy
 call from 39.8 to 17.7 us of host time, sample from 35.4 to 20.3. Programs taking rows by
@@ -39,9 +39,9 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from . import ll
+from . import exchange as ll
+from .exchange import gathered, last_arrival, place, row_box
 from .keys import KEY_MIN, index, value
-from .ll import gathered, last_arrival, place, row_box
 from .noise import use_greedy
 from .writers import greedy_write, logprobs_write, minp_write, sample_write
 
@@ -185,7 +185,7 @@ def greedy_one(
     CAND: tl.constexpr, KEY: tl.constexpr, TRAP: tl.constexpr, XBITS: tl.constexpr,
     PAIRS: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """:func:`.writers.greedy_local` then :func:`.finals.greedy_final` in one launch."""
+    """:func:`.writers.greedy_local` then :func:`.waiters.greedy_final` in one launch."""
     ll.enter(PDL)
     row, split = place()
     greedy_write(row, split, x_ptr, x_stride, peers, epoch, pstride, relems, own, N, col0,
@@ -201,7 +201,7 @@ def sample_one(
     relems, own, N, col0, status, timeout_us, C, BLOCK: tl.constexpr, WORLD: tl.constexpr,
     THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """:func:`.writers.sample_local` then :func:`.finals.sample_final` in one launch."""
+    """:func:`.writers.sample_local` then :func:`.waiters.sample_final` in one launch."""
     ll.enter(PDL)
     row, split = place()
     sample_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, peers, epoch, pstride,
@@ -235,7 +235,7 @@ def minp_one(
     WORLD: tl.constexpr, THREADS: tl.constexpr, CAND: tl.constexpr, TRAP: tl.constexpr,
     PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """:func:`.writers.minp_local` then :func:`.finals.sample_final` in one launch."""
+    """:func:`.writers.minp_local` then :func:`.waiters.sample_final` in one launch."""
     ll.enter(PDL)
     row, split = place()
     minp_write(row, split, x_ptr, x_stride, t_ptr, seed_ptr, pos_ptr, mp_ptr, gbest_ptr, peers,

@@ -1,10 +1,10 @@
 """Top-p's exact in-kernel fallback: the rows that the candidate rounds left undecided.
 
-:func:`nucleus_rest` runs after top-p's rounds (:mod:`.nucleus`) on every top-p call. Rows
+:func:`nucleus_rest` runs after top-p's rounds (:mod:`.topp`) on every top-p call. Rows
 with a token exit at once; an undecided row (token -1) is served by a *team*: ``P``
 programs per rank, each over a contiguous ``1 / P`` of the rank's shard row, all ranks'
 programs of the row together. The team searches the cut level by passes; each pass is one
-scan of the member's columns and one exchange (:mod:`.ll`) in which every member sends::
+scan of the member's columns and one exchange (:mod:`.exchange`) in which every member sends::
 
     [NB bin weights, n = its elements in range, CS keys (valid when n <= CS)]
 
@@ -42,9 +42,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import ll
+from . import exchange as ll
+from .exchange import row_offset
 from .keys import KEY_MIN, best_key, index, key, ordered32, value
-from .ll import row_offset
 from .noise import divisor, noise, row_key, scale
 from .radix import cut_level, mass_q, mass_threshold
 
@@ -135,7 +135,7 @@ def _alive(dead, THREADS: tl.constexpr):
     """Whether no wait of the sampler has timed out (its device flag ``dead``, int32). After
     one, the kernel gives up at once: each further wait would last the whole timeout again.
     A block-wide reduction, so that every warp takes the same branch ("Uniform polls" in
-    :mod:`.ll`)."""
+    :mod:`.exchange`)."""
     return tl.max(tl.load(dead + tl.zeros([THREADS], tl.int32), volatile=True), 0) == 0
 
 

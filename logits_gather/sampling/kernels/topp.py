@@ -24,8 +24,8 @@ keys]``, every element with ``ordered32(s) >= lam`` when at most ``SLOTS`` quali
 only the count (min-p keeps an upper set, so those are kept). With no overflow the final
 kernel has the whole nucleus: ``tau`` by bisection from ``lam``. Else the token stays -1
 and ``need`` is set. Rows left at -1 by either round go to the in-kernel exact fallback
-(:mod:`.rest`), which starts its search at ``lam`` where round 1 found one. Round 2 runs
-only in calls of more than 64 rows (:attr:`..fused.rounds.Fused.round_two_rows`).
+(:mod:`.topp_exact`), which starts its search at ``lam`` where round 1 found one. Round 2 runs
+only in calls of more than 64 rows (:attr:`..fused.fused.Fused.round_two_rows`).
 Rows round 1 decided have ``lam`` DONE and round 2 skips them (no words,
 no epoch) on every rank alike; ``lam`` starts DONE (:func:`nucleus_local`), so a harness
 that runs writers before earlier waiting kernels (``tests.emulated``'s warm) skips every
@@ -43,9 +43,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import ll
+from . import exchange as ll
+from .exchange import gathered, row_box, row_target
 from .keys import KEY_MIN, argmax_key, index, key, ordered32, value
-from .ll import gathered, row_box, row_target
 from .noise import divisor, row_key, scale, score_keys, scores, use_greedy
 from .radix import decode_keys, mass_q, mass_threshold, tau_level
 from .writers import full, load_at, load_row

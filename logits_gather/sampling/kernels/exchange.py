@@ -26,7 +26,7 @@ reader of use ``E + 1`` finished, which needed rank B's writers of use ``E + 1``
 stream runs after B's reader of use ``E``. Waiting kernels wait only for writers launched
 earlier on other ranks' streams, which never wait, so no co-residency is needed (their
 grids are bounded where ranks share a GPU). The one-launch kernels elect their reader by
-:func:`last_arrival` (its rules are in :mod:`.finals`).
+:func:`last_arrival` (its rules are in :mod:`.waiters`).
 
 Uniform polls: every thread of a reader must leave its poll loop at the same poll. The
 loop's timer (``now_ns``) and the code after it synchronise the CTA with ``bar.sync``, and
@@ -61,7 +61,7 @@ TIMEOUT_IN_SAMPLING = tl.constexpr(3)
 @triton.jit
 def enter(PDL: tl.constexpr):
     """The first step of every fused kernel: with ``PDL`` (launched as a programmatic
-    dependent, :class:`..fused.launch.Launcher`), wait until the kernel before it in the
+    dependent, :class:`..fused.launcher.Launcher`), wait until the kernel before it in the
     stream has completed and its memory is visible, then let the next kernel launch.
     The next kernel's programs then load and sit in their own wait while this one runs,
     which hides its launch; none of them touches memory before this kernel ends."""

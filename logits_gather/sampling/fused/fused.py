@@ -3,41 +3,40 @@
 The shard is cut into ``S = ceil(N / block)`` splits of ``block`` columns. A round is a
 writer, whose program ``(row, split)`` stores its words straight into every rank's
 mailbox, and a waiting kernel that reduces all ranks' words of its row (layouts:
-:mod:`..kernels.writers`; the exchange: :mod:`..kernels.ll`). Greedy, sampling and
+:mod:`..kernels.writers`; the exchange: :mod:`..kernels.exchange`). Greedy, sampling and
 logprobs take one round, min-p two (the row maximum first), top-k two or three writers
-over two rounds (:mod:`..kernels.topk`), top-p one or two rounds (:mod:`..kernels.nucleus`)
-and the in-kernel exact fallback for the rows they leave (:mod:`..kernels.rest`). In eager
+over two rounds (:mod:`..kernels.topk`), top-p one or two rounds (:mod:`..kernels.topp`)
+and the in-kernel exact fallback for the rows they leave (:mod:`..kernels.topp_exact`). In eager
 calls of at most ``single_rows`` rows with one rank per GPU, a round's writer and waiting
-kernel are one launch (:mod:`..kernels.finals`). Nothing here allocates but the outputs;
+kernel are one launch (:mod:`..kernels.waiters`). Nothing here allocates but the outputs;
 no host sync.
 
 Each operation has one launch geometry, the same on every rank. The noise-heavy writers
-(sampling, min-p, top-p, logprobs with ``top_n``) run :data:`.launch.NARROW` (2048
+(sampling, min-p, top-p, logprobs with ``top_n``) run :data:`.plans.NARROW` (2048
 columns, 4 warps): over tp=2's 75776 columns per rank on one H200, the sampling writer took
 20.8 us at M=64 against 26.2 us at 4096 x 8 (``scripts/sampling-kernel-times.py``). The
-others run :data:`.launch.WIDE`: greedy and plain logprobs gain nothing from more CTAs, and
+others run :data:`.plans.WIDE`: greedy and plain logprobs gain nothing from more CTAs, and
 top-k's final kernel scores every split's candidate slots, so fewer splits serve it better.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..kernels import finals, nucleus, rest, topk, writers
-from . import launch
-from .launch import (
+from ..kernels import topk, topp, topp_exact, waiters, writers
+from . import plans
+from .launcher import Launcher
+from .plans import (
     FINAL_WARPS,
     NARROW,
-    NUCLEUS_LANES,
     REST,
     REST_PROGRAMS,
+    TOPP_LANES,
     WIDE,
     Geometry,
-    Launcher,
-    dense,
     idle_programs,
     pairs,
     pow2,
@@ -45,6 +44,11 @@ from .launch import (
     select_warps,
     xbits,
 )
+
+if TYPE_CHECKING:
+    from triton.runtime.jit import JITFunction
+
+    from .mailbox import Mailbox
 
 Seeds = tuple[torch.Tensor, torch.Tensor]
 """``(seeds, positions)``: int64 ``[M]`` each, contiguous; the kernels read row ``i`` of
@@ -57,7 +61,9 @@ class Fused:
     waiting kernels' grids and ``barrier`` runs before each kernel variant's first launch
     (ranks that share a GPU); ``index``: the launches' CUDA device; eager calls of at most
     ``single_rows`` rows take one launch per round (0: never); ``pdl``: programmatic
-    dependent launches (:class:`.launch.Launcher`)."""
+    dependent launches (:class:`.launcher.Launcher`). Every method takes shards of unit
+    column stride (:func:`.plans.dense`), as the writers read them: the sampler makes a
+    call's shard so once."""
 
     round_two_rows = 64
     """Top-p's calls of more rows run round 2 before the in-kernel fallback. One H100,
@@ -71,7 +77,7 @@ class Fused:
         columns: int,
         world: int,
         rank: int,
-        box: Any,
+        box: Callable[[int, int], Mailbox],
         trap: bool,
         wait_ctas: int | None = None,
         index: int | None = None,
@@ -95,7 +101,7 @@ class Fused:
         self.col0 = rank * columns
         self.wide = Geometry.of(columns, world, *WIDE)
         self.narrow = Geometry.of(columns, world, *NARROW)
-        self.nucleus_slots = max(1, min(64, NUCLEUS_LANES // self.narrow.c))
+        self.topp_slots = max(1, min(64, TOPP_LANES // self.narrow.c))
         """Top-p candidate slots per split: 55 at tp=2 and V=151552 (74 splits)."""
         self.box = box
         self.trap = trap
@@ -107,7 +113,7 @@ class Fused:
 
     def geometry(self, op: str, room: int = 0) -> Geometry:
         """The geometry of ``op`` (``logprobs`` with ``room`` top-n slots)."""
-        if op in ("sample", "nucleus", "again") or (op == "logprobs" and room):
+        if op in ("sample", "topp", "again") or (op == "logprobs" and room):
             return self.narrow
         return self.wide
 
@@ -121,8 +127,8 @@ class Fused:
                 "sample": 2 * s,
                 "probe": (1 + room) * s,
                 "sample_k": (2 + room) * s,
-                "nucleus": (3 + self.nucleus_slots) * s,
-                "again": (1 + self.nucleus_slots) * s,
+                "topp": (3 + self.topp_slots) * s,
+                "again": (1 + self.topp_slots) * s,
             }.get(op, 1 + s * (1 + room))
             self._words[op, room] = w
         return w
@@ -136,7 +142,7 @@ class Fused:
         geo = self.geometry(op, room)
         words = self.words(op, room)
         mb = self.box(words, shard.shape[0])
-        x = dense(shard)
+        x = shard
         args = (x, x.stride(0), *head, mb.peers, mb.epoch, mb.parity_stride, mb.row_elems)
         args += (self.rank * words, *tail, self.columns, self.col0)
         warps = warps or geo.warps
@@ -165,17 +171,17 @@ class Fused:
         return not torch.cuda.is_current_stream_capturing()
 
     def one(
-        self, fn: Any, shard: torch.Tensor, op: str, free: tuple, tail: tuple, consts: dict,
+        self, fn: JITFunction, shard: torch.Tensor, op: str, free: tuple, tail: tuple, consts: dict,
         room: int = 0, n: tuple = (), programs: int = 0, warps: int = 0,
     ) -> None:  # fmt: skip
         """Launches ``op``'s one-launch kernel ``fn``: arguments ``(x, x_stride, *free, *n,
         mailbox..., *tail)``, ``free`` the call's tensors, ``n`` its unspecialised ints; grid
         ``(M, programs)`` (default: one per split). After a specialisation's first launch
-        the launch is bound (:meth:`.launch.Launcher.bind`), kept per mailbox under what
+        the launch is bound (:meth:`.launcher.Launcher.bind`), kept per mailbox under what
         Triton specialises in the free arguments."""
         mb = self.box(self.words(op, room), shard.shape[0])
         mb.check()
-        x = dense(shard)
+        x = shard
         xp, xs = x.data_ptr(), x.stride(0)
         args = [xp, xs]
         key = [id(fn), x.dtype, xp & 15, xs, programs, warps, *consts.values()]
@@ -202,17 +208,16 @@ class Fused:
 
     def greedy(self, shard: torch.Tensor, key: bool = False) -> torch.Tensor:
         """Token ids ``[M]``; with ``key``, the greedy keys (min-p's first round)."""
-        shard = dense(shard)
         bits = {"XBITS": xbits(shard.dtype), "PAIRS": pairs(shard)}
         if self.one_wanted(shard):
             out = self.empty(shard)
-            self.one(finals.greedy_one, shard, "greedy", (out,), (self.wide.c,),
+            self.one(waiters.greedy_one, shard, "greedy", (out,), (self.wide.c,),
                      {"KEY": key, **bits})  # fmt: skip
             return out
         mb = self.local(writers.greedy_local, shard, (), "greedy", 0, (), bits)
         out = self.empty(shard)
         c = self.wide.c
-        self.final(finals.greedy_final, shard.shape[0], mb, (out, c), {"KEY": key}, 1)
+        self.final(waiters.greedy_final, shard.shape[0], mb, (out, c), {"KEY": key}, 1)
         return out
 
     def sample(self, shard: torch.Tensor, t: torch.Tensor, seed: Seeds) -> torch.Tensor:
@@ -220,11 +225,11 @@ class Fused:
         m, out = shard.shape[0], self.empty(shard)
         if self.one_wanted(shard):
             tail = (self.narrow.c,)
-            self.one(finals.sample_one, shard, "sample", (t, *seed, out), tail, {})
+            self.one(waiters.sample_one, shard, "sample", (t, *seed, out), tail, {})
             return out
         mb = self.local(writers.sample_local, shard, (t, *seed), "sample", 0, (), {})
         tail = (t, out, self.narrow.c)
-        self.final(finals.sample_final, m, mb, tail, {}, 1, self.narrow)
+        self.final(waiters.sample_final, m, mb, tail, {}, 1, self.narrow)
         return out
 
     def sample_minp(
@@ -236,12 +241,12 @@ class Fused:
         out = self.empty(shard)
         if self.one_wanted(shard):
             free = (t, *seed, min_p, gbest, out)
-            self.one(finals.minp_one, shard, "sample", free, (self.narrow.c,), {})
+            self.one(waiters.minp_one, shard, "sample", free, (self.narrow.c,), {})
             return out
         head = (t, *seed, min_p, gbest)
         mb = self.local(writers.minp_local, shard, head, "sample", 0, (), {})
         tail = (t, out, self.narrow.c)
-        self.final(finals.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
+        self.final(waiters.sample_final, shard.shape[0], mb, tail, {}, 1, self.narrow)
         return out
 
     def logprobs(
@@ -257,12 +262,12 @@ class Fused:
         if self.one_wanted(shard):
             free = (ids, lp, top_ids, top_lp)
             tail = (geo.splits, geo.c, self.world)
-            self.one(finals.logprobs_one, shard, "logprobs", free, tail, consts, npad, (n,))
+            self.one(waiters.logprobs_one, shard, "logprobs", free, tail, consts, npad, (n,))
             return lp, top_ids, top_lp
         mb = self.local(writers.logprobs_local, shard, (ids,), "logprobs", npad, (n,), consts)
         tail = (ids, lp, top_ids, top_lp, geo.splits, geo.c, self.columns, self.world, n)
         warps = 4 if npad else 1
-        self.final(finals.logprobs_final, m, mb, tail, {"NP": npad}, warps, geo)
+        self.final(waiters.logprobs_final, m, mb, tail, {"NP": npad}, warps, geo)
         return lp, top_ids, top_lp
 
     def sample_topk(
@@ -291,7 +296,6 @@ class Fused:
         free, n = ((k,), ()) if per_row else ((), (k,))
         one = self.one_wanted(shard)  # one launch per round
         warps = plan.probe_one if one else 0
-        shard = dense(shard)
         pair = {"PAIRS": pairs(shard)}
         consts = {"G": g, "ROWK": per_row, "BITS": xbits(shard.dtype)}
         if warps:
@@ -317,7 +321,7 @@ class Fused:
         else:
             self.local(topk.topk_local, shard, (t, low, flags), "sample_k", kp, (), {"KP": kp})
         splits = self.wide.splits
-        programs = idle_programs(m, splits, launch.OVERFLOW_PROGRAMS, launch.OVERFLOW_LEAST)
+        programs = idle_programs(m, splits, plans.OVERFLOW_PROGRAMS, plans.OVERFLOW_LEAST)
         out = self.empty(shard)
         over = {"KP": kp, "BITS": xbits(shard.dtype), "ROWK": per_row, "SP": pow2(splits)}
         warps = plan.final_one if one else 0
@@ -345,7 +349,9 @@ class Fused:
         if not self.kept or self.kept[-1][0].shape[0] < m:
             size = max(m, 2 * self.kept[-1][0].shape[0] if self.kept else 64)
             ones = torch.ones(size, dtype=torch.float64, device=shard.device)
-            done = torch.full((size,), rest.DONE.value, dtype=torch.int32, device=shard.device)
+            done = torch.full(
+                (size,), topp_exact.DONE.value, dtype=torch.int32, device=shard.device
+            )
             self.kept.append((ones, done))
         ones, done = self.kept[-1]
         return ones[:m], done[:m]
@@ -386,7 +392,7 @@ class Fused:
         once ``rest()`` ran. ``self.spilled`` and ``self.topp_flags`` keep the last call's
         ``lam`` and ``flags`` (diagnostics). With ``k`` (a per-row ``top_k``, int64 ``[M]``),
         top-k applies first in the rows where it is on (never in round 2)."""
-        m, slots = shard.shape[0], self.nucleus_slots
+        m, slots = shard.shape[0], self.topp_slots
         gbest = self.greedy(shard, key=True)
         mp = p if min_p is None else min_p
         # flags and lam are set by nucleus_local (False, DONE), not by fill kernels.
@@ -395,7 +401,7 @@ class Fused:
         kv, vocab = (t, 0) if k is None else (k, self.columns * self.world)
         head = (t, *seed, p, mp, gbest, lam, flags, kv)
         consts = {"SLOTS": slots, "MINP": min_p is not None, "ROWK": k is not None}
-        mb = self.local(nucleus.nucleus_local, shard, head, "nucleus", 0, (vocab,), consts)
+        mb = self.local(topp.nucleus_local, shard, head, "topp", 0, (vocab,), consts)
         out = self.empty(shard)
         thr = self.empty(shard)
         self.spilled, self.topp_flags = lam, flags
@@ -404,16 +410,16 @@ class Fused:
         tail = (t, *seed, p, gbest, out, flags, lam, thr, self.narrow.c, kv, vocab)
         warps = select_warps(lanes, FINAL_WARPS)
         per_row = {"ROWK": k is not None}
-        self.final(nucleus.nucleus_final, m, mb, tail, consts | per_row, warps, self.narrow)
+        self.final(topp.nucleus_final, m, mb, tail, consts | per_row, warps, self.narrow)
 
         def second() -> None:
             seen = self.empty(shard, torch.int32)
             head = (t, lam, seen)
             splits = self.narrow.splits
-            mb = self.local(nucleus.again_local, shard, head, "again", 0, (splits,),
+            mb = self.local(topp.again_local, shard, head, "again", 0, (splits,),
                               {"SLOTS": slots}, programs=idle_programs(m, splits))  # fmt: skip
             tail = (t, *seed, seen, thr, gbest, out, flags, self.narrow.c)
-            self.final(nucleus.again_final, m, mb, tail, consts, warps, self.narrow)
+            self.final(topp.again_final, m, mb, tail, consts, warps, self.narrow)
 
         def exact() -> None:
             self.rest(shard, (t, *seed, p, mp, kv, gbest, lam, thr, out), min_p is not None,
@@ -423,7 +429,7 @@ class Fused:
 
     def rest_grid(self, shard: torch.Tensor) -> tuple[int, int]:
         """``(row slots, members per rank)`` of :meth:`rest` for ``shard``: at most
-        :data:`.launch.REST_PROGRAMS` programs and one per SM (``wait_ctas`` where ranks share
+        :data:`.plans.REST_PROGRAMS` programs and one per SM (``wait_ctas`` where ranks share
         a GPU); one member in the interpreter, whose programs run one after another."""
         if not shard.is_cuda:
             return max(1, min(shard.shape[0], REST_PROGRAMS)), 1
@@ -434,16 +440,16 @@ class Fused:
         return max(1, min(shard.shape[0], most // parts)), parts
 
     def rest(self, shard: torch.Tensor, head: tuple, minp: bool, rowk: bool) -> None:
-        """Launches :func:`..kernels.rest.nucleus_rest` over the rows whose token is -1."""
+        """Launches :func:`..kernels.topp_exact.nucleus_rest` over the rows whose token is -1."""
         grid = self.rest_grid(shard)
-        words = grid[1] * rest.WORDS.value
+        words = grid[1] * topp_exact.WORDS.value
         mb = self.box(words, shard.shape[0])
         mb.check()
-        x = dense(shard)
+        x = shard
         args = (x, x.stride(0), *head, mb.peers, mb.data, mb.epoch, mb.parity_stride)
         args += (mb.row_elems, mb.status_ptr, mb.dead, mb.timeout_us, self.rank * words)
         args += (shard.shape[0], self.columns, self.col0, self.columns * self.world)
         consts = {"BLOCK": REST[2], "MEMB": pow2(self.world * grid[1]), "MINP": minp,
                   "ROWK": rowk, "WORLD": self.world, "THREADS": 32 * REST[3],
                   "TRAP": self.trap}  # fmt: skip
-        self.launch(rest.nucleus_rest, grid, args, consts, REST[3])
+        self.launch(topp_exact.nucleus_rest, grid, args, consts, REST[3])
