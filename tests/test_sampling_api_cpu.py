@@ -46,7 +46,7 @@ def test_sampler_arguments_in_logits_gather_order() -> None:
     assert ours == ["columns", "capacity", "device", "group"] == theirs[:4]
     shared = [n for n in theirs + their_kw if n in our_kw]
     assert shared == [n for n in our_kw if n in theirs + their_kw]
-    assert shared == ["backend", "timeout_s", "on_timeout"]
+    assert shared == ["backend", "timeout_s", "on_timeout", "check_calls"]
 
 
 def test_imports_without_triton() -> None:

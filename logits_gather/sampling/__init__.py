@@ -22,24 +22,52 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..checks import resolve_options
 from . import checks, reference
+from .agreement import GREEDY, LOGPROBS, SAMPLE, Agreement, collective, settle
 from .sampler import MAX_CANDIDATES, Logprobs, VocabParallelSampler
 
 _samplers: dict[tuple[Any, ...], VocabParallelSampler] = {}
+_agreements: dict[Any, Agreement] = {}
 
 
 def cached_sampler(
     shard: torch.Tensor, *, group: dist.ProcessGroup | None = None
 ) -> VocabParallelSampler:
     """The sampler the functions here use for ``shard`` (collective when it is new)."""
-    return _cached(shard, group, _checked(shard, group)[0])
-
-
-def _checked(shard: torch.Tensor, group: dist.ProcessGroup | None) -> tuple[int, int]:
-    """``(M, V)`` of ``shard`` and ``group``, checked: a call's one check of its shard,
-    before any collective."""
     m = checks.shard(shard)
-    return m, checks.world(group) * shard.shape[1]
+    checks.world(group)
+    return _cached(shard, group, m)
+
+
+def _agreement(group: dist.ProcessGroup | None, device: torch.device) -> Agreement | None:
+    """The call check of the functions on ``group`` under ``LOGITS_GATHER_CHECK_CALLS=1``
+    (built at the first call, on every rank), else None."""
+    timeout_s, _, check_calls, _ = resolve_options(None, None, None)
+    if not check_calls or dist.get_world_size(group) == 1:
+        return None
+    key = dist.group.WORLD if group is None else group
+    if key not in _agreements:
+        _agreements[key] = Agreement(group, timeout_s=timeout_s, device=device)
+    return _agreements[key]
+
+
+def _enter(
+    op: int, shard: object, group: dist.ProcessGroup | None, parse=None
+) -> tuple[int, tuple]:
+    """A call's one check of its shard and arguments (``parse(m, vocab)``), before any
+    collective but the agreement between ranks (:func:`.agreement.settle`)."""
+    collective("logits_gather.sampling")
+    world = checks.world(group)
+    error, m, values = None, 0, ()
+    try:
+        m = checks.shard(shard)
+        values = parse(m, world * shard.shape[1]) if parse is not None else ()
+    except (TypeError, ValueError) as exc:
+        error = exc
+    device = shard.device if isinstance(shard, torch.Tensor) else torch.device("cpu")
+    settle(_agreement(group, device), world, shard, error, op, values)
+    return m, values
 
 
 def _cached(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> VocabParallelSampler:
@@ -49,7 +77,14 @@ def _cached(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> Voc
     sampler = _samplers.get(key)
     if sampler is None:
         capacity = 1 << max(m - 1, 1).bit_length()
-        sampler = VocabParallelSampler(shard.shape[1], capacity, shard.device, group)
+        try:
+            sampler = VocabParallelSampler(shard.shape[1], capacity, shard.device, group)
+        except ValueError as exc:  # the same on every rank: construction agrees first
+            raise ValueError(
+                "logits_gather.sampling: building the sampler for this call's shard (its "
+                "capacity is M rounded up to a power of two) failed on every rank; every "
+                f"rank must make the same calls with the same M and N. {exc}"
+            ) from exc
         sampler.grow = True
         _samplers[key] = sampler
     sampler.state.fit(m)
@@ -57,17 +92,19 @@ def _cached(shard: torch.Tensor, group: dist.ProcessGroup | None, m: int) -> Voc
 
 
 def free_samplers() -> int:
-    """Drops the samplers that the functions here cached in this process and returns how
-    many. Local (no communication): call it on every rank before
+    """Drops the samplers (and call checks) that the functions here cached in this process
+    and returns how many samplers. Local (no communication): call it on every rank before
     ``dist.destroy_process_group()``, as for any sampler or ``LogitsGather``."""
     n = len(_samplers)
     _samplers.clear()
+    _agreements.clear()
     return n
 
 
 def greedy(shard: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Global argmax ``[M]``; see :meth:`VocabParallelSampler.greedy`."""
-    return _cached(shard, group, _checked(shard, group)[0]).greedy_rows(shard)
+    m, _ = _enter(GREEDY, shard, group)
+    return _cached(shard, group, m).greedy_rows(shard)
 
 
 def sample(
@@ -82,10 +119,11 @@ def sample(
     group: dist.ProcessGroup | None = None,
 ) -> torch.Tensor:
     """Sampled token ids ``[M]``; see :meth:`VocabParallelSampler.sample`."""
-    m, vocab = _checked(shard, group)
-    args = checks.sample_args(m, vocab, shard.device, True, temperature, seed, positions,
-                              top_k, top_p, min_p)  # fmt: skip
-    return _cached(shard, group, m).sample_rows(shard, *args)
+    args = (temperature, seed, positions, top_k, top_p, min_p)
+    m, values = _enter(
+        SAMPLE, shard, group, lambda m, v: checks.sample_args(m, v, shard.device, True, *args)
+    )
+    return _cached(shard, group, m).sample_rows(shard, *values)
 
 
 def logprobs(
@@ -96,9 +134,11 @@ def logprobs(
     group: dist.ProcessGroup | None = None,
 ) -> Logprobs:
     """Token logprobs and optional top-n; see :meth:`VocabParallelSampler.logprobs`."""
-    m, vocab = _checked(shard, group)
-    ids = checks.token_ids(token_ids, m, vocab, shard.device, True)
-    n = checks.top_n(top_n, vocab)
+
+    def parse(m: int, vocab: int) -> tuple:
+        return checks.token_ids(token_ids, m, vocab, shard.device, True), checks.top_n(top_n, vocab)
+
+    m, (ids, n) = _enter(LOGPROBS, shard, group, parse)
     return _cached(shard, group, m).logprobs_rows(shard, ids, n)
 
 

@@ -5,6 +5,7 @@ cost a host sync; they are skipped during CUDA graph capture and with
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -36,12 +37,20 @@ def world(group: Any, what: str = "logits_gather.sampling") -> int:
     return dist.get_world_size(group)
 
 
-def construction(columns: Any, capacity: Any, backend: Any) -> None:
+def construction_problems(columns: Any, capacity: Any, backend: Any) -> list[str]:
+    """What is wrong with a sampler's construction arguments (agreed before raising)."""
+    problems = []
     for name, value in (("columns", columns), ("capacity", capacity)):
         if not _is_int(value) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+            problems.append(f"{name} must be a positive int, got {value!r}")
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        problems.append(f"backend must be one of {BACKENDS}, got {backend!r}")
+    return problems
+
+
+def on(device: torch.device):
+    """The context that collectives about ``device`` run in (its CUDA device)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def shard(x: Any, *, columns=None, capacity=None, device=None) -> int:

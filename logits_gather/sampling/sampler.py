@@ -22,8 +22,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..checks import resolve_device, resolve_options
+from ..checks import agree, resolve_device, resolve_options
 from . import checks
+from .agreement import GREEDY, LOGPROBS, SAMPLE, Agreement, collective, settle
 from .exact import filters, ops
 from .exact.filters import MAX_CANDIDATES
 from .fused import cuts, mailbox, policy
@@ -37,12 +38,16 @@ class VocabParallelSampler:
     global columns ``r * columns ..``). Arguments in :class:`~logits_gather.LogitsGather`'s
     order and meaning; ``timeout_s``/``on_timeout`` bound the fused kernels' waits.
 
-    Construction is collective over ``group``, and so is the first call with a new
-    ``top_k`` size, filter kind, ``top_n`` or a larger ``M``: every rank makes the same
-    calls, and runs each variant once before capturing a CUDA graph. The fused kernels
-    serve CUDA with Triton when every GPU maps its peers' memory and there are at most 4
-    ranks; ``fused=False`` forces the torch-ops path. ``check_values=False`` skips the value
-    checks (a host sync per call).
+    Construction is collective over ``group`` and checked: every rank must pass the same
+    ``columns``, ``capacity`` and options, or every rank raises the same ``ValueError``
+    naming each rank's value. So is the first call with a new ``top_k`` size, filter kind,
+    ``top_n`` or a larger ``M``: every rank makes the same calls, and runs each variant
+    once before capturing a CUDA graph. The fused kernels serve CUDA with Triton when
+    every GPU maps its peers' memory and there are at most 4 ranks; ``fused=False``
+    forces the torch-ops path. ``check_values=False`` skips the value checks (a host sync
+    per call). ``check_calls`` (default ``$LOGITS_GATHER_CHECK_CALLS`` or off) verifies
+    before every call that all ranks make the same call with the same arguments
+    (:mod:`.agreement`), and raises the same ``ValueError`` everywhere if not.
     """
 
     def __init__(
@@ -57,13 +62,30 @@ class VocabParallelSampler:
         on_timeout: str | None = None,
         check_values: bool = True,
         fused: bool = True,
+        check_calls: bool | None = None,
     ) -> None:
         self.world_size: int = checks.world(group, "VocabParallelSampler")
-        checks.construction(columns, capacity, backend)
-        device, problems = resolve_device(device)
-        timeout_s, on_timeout, _, more = resolve_options(timeout_s, on_timeout, False)
-        if problems or more:
-            raise ValueError("; ".join(problems + more))
+        problems = checks.construction_problems(columns, capacity, backend)
+        device, more = resolve_device(device)
+        talk_on = device if not more else resolve_device(None)[0]
+        timeout_s, on_timeout, check_calls, options = resolve_options(
+            timeout_s, on_timeout, check_calls
+        )
+        record = dict(
+            columns=columns,
+            capacity=capacity,
+            backend=backend,
+            fused=bool(fused),
+            check_values=bool(check_values),
+            timeout_s=timeout_s,
+            on_timeout=on_timeout,
+            check_calls=check_calls,
+        )
+        with checks.on(talk_on):
+            agree(
+                group, record, problems + more + options, what="VocabParallelSampler construction"
+            )
+        self.check_calls: bool = check_calls
         self.group = group
         self.rank: int = dist.get_rank(group)
         self.columns = columns
@@ -81,6 +103,9 @@ class VocabParallelSampler:
             self.fused = policy.decide(self.state, on_timeout == "trap")
         if self.fused is None:
             self.exchange_for(ops.GREEDY_WIDTH, capacity)
+        self.agreement = None
+        if check_calls and self.world_size > 1:
+            self.agreement = Agreement(group, timeout_s=timeout_s, device=device)
 
     @property
     def capacity(self) -> int:
@@ -150,16 +175,25 @@ class VocabParallelSampler:
             self._zeros.append(torch.zeros(size, dtype=torch.int64, device=self.device))
         return self._zeros[-1][:m]
 
-    def rows(self, shard: torch.Tensor) -> int:
-        """``M`` of a checked ``shard``; a growing sampler doubles its capacity past it."""
+    def _enter(self, op: int, shard: torch.Tensor, parse=None) -> tuple:
+        """One call's checks: ``shard`` and ``parse(m)``'s arguments, then the agreement
+        between ranks (:func:`.agreement.settle`); then a growing sampler doubles its
+        capacity past ``M``. Returns the parsed arguments."""
+        collective(f"VocabParallelSampler(columns={self.columns})")
+        error, m, values = None, 0, ()
         cap = None if self.grow else self.capacity
-        m = checks.shard(shard, columns=self.columns, device=self.device, capacity=cap)
+        try:
+            m = checks.shard(shard, columns=self.columns, device=self.device, capacity=cap)
+            values = parse(m) if parse is not None else ()
+        except (TypeError, ValueError) as exc:
+            error = exc
+        settle(self.agreement, self.world_size, shard, error, op, values)
         self.state.fit(m)
-        return m
+        return values
 
     def greedy(self, shard: torch.Tensor) -> torch.Tensor:
         """Global argmax ``[M]`` (int64), exactly ``torch.argmax`` of the gathered rows."""
-        self.rows(shard)
+        self._enter(GREEDY, shard)
         return self.greedy_rows(shard)
 
     def greedy_rows(self, shard: torch.Tensor) -> torch.Tensor:
@@ -188,9 +222,12 @@ class VocabParallelSampler:
         (None: zeros); each filter None, a scalar or an ``[M]`` tensor, off at ``top_k``
         0, ``top_p`` 1.0, ``min_p`` 0.0.
         """
-        m, cv = self.rows(shard), self.check_values
         args = (temperature, seed, positions, top_k, top_p, min_p)
-        return self.sample_rows(shard, *checks.sample_args(m, self.vocab, self.device, cv, *args))
+        cv, vocab, device = self.check_values, self.vocab, self.device
+        values = self._enter(
+            SAMPLE, shard, lambda m: checks.sample_args(m, vocab, device, cv, *args)
+        )
+        return self.sample_rows(shard, *values)
 
     def sample_rows(self, shard, t, seeds, positions, k, p, mp) -> torch.Tensor:
         """:meth:`sample` for a checked ``shard`` (its capacity fitted) and arguments as
@@ -221,9 +258,16 @@ class VocabParallelSampler:
         (1 + |ref|)`` against fp64; ``<= 2e-5 * (1 + |ref|)`` against fp32 torch (whose own
         error reaches ``6e-6`` on CPU at V = 151552). NaN in rows with NaN, +inf or all -inf.
         """
-        m = self.rows(shard)
-        ids = checks.token_ids(token_ids, m, self.vocab, self.device, self.check_values)
-        return self.logprobs_rows(shard, ids, checks.top_n(top_n, self.vocab))
+        cv, vocab, device = self.check_values, self.vocab, self.device
+        ids, n = self._enter(
+            LOGPROBS,
+            shard,
+            lambda m: (
+                checks.token_ids(token_ids, m, vocab, device, cv),
+                checks.top_n(top_n, vocab),
+            ),
+        )
+        return self.logprobs_rows(shard, ids, n)
 
     def logprobs_rows(self, shard: torch.Tensor, ids: torch.Tensor, n: int) -> Logprobs:
         m = shard.shape[0]

@@ -63,7 +63,16 @@ class State:
         """The exchange of ``width`` fp32 words for ``rows`` rows (collective if built)."""
         ex = self.exchanges.get(width)
         if ex is None or ex.capacity < rows:
-            new = ops.build(width, rows, self.group, self.device, self.backend, self.capacity, ex)
+            try:
+                new = ops.build(
+                    width, rows, self.group, self.device, self.backend, self.capacity, ex
+                )
+            except ValueError as exc:  # raised on every rank: the build's agreement failed
+                raise ValueError(
+                    "VocabParallelSampler: growing its exchange for a larger M failed on every "
+                    "rank; do all ranks make the same calls with the same M? (check_calls=True "
+                    f"verifies each call) {exc}"
+                ) from exc
             if ex is not None:  # a peer may still read it, and graphs captured with it do
                 self.retired.append(ex)
             self.exchanges[width] = ex = new
