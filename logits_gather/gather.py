@@ -175,9 +175,12 @@ class LogitsGather:
         if self.world_size == 1:
             return ("torch.distributed" if reasons else "symm_mem"), (lambda shard: shard)
         if backend == "auto":
+            # On a GPU the caller expected the kernel: say why not where it is seen.
+            level = logging.WARNING if self.device.type == "cuda" else logging.INFO
             log_once(
                 log,
                 "LogitsGather: using the torch.distributed fallback because " + "; ".join(reasons),
+                level,
             )
         impl, failure = None, None
         try:

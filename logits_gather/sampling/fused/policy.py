@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from ... import symmetric
 from ...checks import agree
+from ...logs import log_once
 from .launcher import pdl_capable
 
 if TYPE_CHECKING:
@@ -137,8 +138,9 @@ def decide(state: State, trap: bool) -> Fused | None:
         elif device.type == "cuda" and not available(device):
             local = "the fused kernels do not import"
         why, sharing, half = fast_path_problem(state.group, device, local)
-        if why is not None:
-            log.info("VocabParallelSampler: torch-ops path, because %s", why)
+        if why is not None:  # on a GPU the caller expected the fused kernels: a warning
+            level = logging.WARNING if device.type == "cuda" else logging.INFO
+            log_once(log, f"VocabParallelSampler: torch-ops path, because {why}", level)
             return None
         from .fused import Fused
 
