@@ -14,7 +14,7 @@ Any difference, or a rejection on any rank, raises the same ``ValueError`` on ev
 at that call, chained to the local error where there is one; every rank counted the call,
 so the object stays usable. The fingerprint reads the argument tensors' bits on their
 device and costs one host sync per call (the value checks of ``check_values=True``, the
-default, already cost one).
+default, already cost one); during CUDA graph capture it is not read (0).
 
 Without ``check_calls`` a rank that rejects its input raises alone: its peers cannot know.
 A peer that accepted the same call goes on into the call's exchange and waits there; it
@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from ..calls import CallCheck
+from .checks import capturing
 
 GREEDY, SAMPLE, LOGPROBS = 1, 2, 3
 _NAMES = {GREEDY: "greedy", SAMPLE: "sample", LOGPROBS: "logprobs"}
@@ -121,7 +122,9 @@ class Agreement:
         ok = error is None
         if ok and isinstance(shard, torch.Tensor):
             words += f", N={shard.shape[1]}"
-        stamp = fingerprint((shard.shape[1],) + values) if ok else 0
+        # During CUDA graph capture no value can be read: the rest of the record is checked.
+        readable = ok and not capturing(shard.device)
+        stamp = fingerprint((shard.shape[1],) + values) if readable else 0
         self._check(shard, ok, error=error, op=code, fingerprint=stamp, what=words)
 
 
