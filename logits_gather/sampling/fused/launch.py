@@ -31,7 +31,7 @@ key16 (``keys.best_key16``); bfloat16 rows that :func:`pairs` accepts now take
 NARROW = (2048, 4)
 """(columns per split, warps) of sampling, min-p, top-p and logprobs with top_n."""
 FINAL_WARPS = 8
-"""Warps of top-p's final kernels; no fused kernel runs more (``tests/test_sampling_cpu.py``).
+"""Warps of top-p's final kernels; no fused kernel runs more (``tests/sampling/test_sampling.py``).
 At 16, nucleus_final's machine code was wrong: float16 and float32 rows with no valid
 candidate took the decided branch or a round-2 level where 8 and 4 warps said
 "undecided"; the same PTX was right through ``ptxas --opt-level 0`` and wrong at levels
