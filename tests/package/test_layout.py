@@ -1,6 +1,8 @@
 """The package's layout rules (docs: ../shared style notes; README "Contributing"), read
 from the source with ``ast``: no import cycle between our modules, no private name of one
-module used in another, and no ``print`` outside the benchmark's command-line output."""
+module used in another, and no ``print`` outside the benchmark's command-line output. Also
+the layout of ``tests/`` itself (every test file in the wing of what it tests) and that no
+script imports ``tests``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,12 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "logits_gather"
+ROOT = PACKAGE.parent
+WINGS = ("gather", "head", "sampling", "bench", "vllm", "package")
+"""The folders of ``tests/`` that hold test files: one per part of the package (``gather``:
+the core modules at the package's top level), and ``package`` for package-wide checks."""
+TOP = {"__init__.py", "conftest.py", "support", *WINGS}
+"""All that the top level of ``tests/`` holds (caches aside)."""
 
 
 def _modules() -> dict[str, tuple[Path, ast.Module]]:
@@ -142,3 +150,63 @@ def test_no_print_in_the_library() -> None:
         )
     )
     assert printing == []
+
+
+def _imports_tests(tree: ast.Module) -> list[int]:
+    """Lines of ``tree`` that import the ``tests`` package or one of its modules."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        if any(name.split(".")[0] == "tests" for name in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_scripts_import_nothing_from_tests() -> None:
+    """What a script shares with the tests lives in ``scripts/support``."""
+    planted = ast.parse("import os\nfrom tests.support import gpu\nimport tests.dist\n")
+    assert _imports_tests(planted) == [2, 3]
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "scripts").rglob("*.py"))
+        for line in _imports_tests(ast.parse(path.read_text(), str(path)))
+    ]
+    assert found == []
+
+
+def _misplaced(tests: Path) -> list[str]:
+    """What is out of place under ``tests``: a top-level entry beyond :data:`TOP`, a wing
+    without ``__init__.py`` (which keeps two wings' test files free to share a name), and a
+    test file anywhere but directly in a wing's folder."""
+    bad = [p.name for p in tests.iterdir() if p.name not in TOP and p.name[0] not in "._"]
+    bad += [f"{w}/__init__.py" for w in WINGS if not (tests / w / "__init__.py").is_file()]
+    bad += [
+        str(p.relative_to(tests))
+        for p in tests.rglob("test_*.py")
+        if p.parent.parent != tests or p.parent.name not in WINGS
+    ]
+    return sorted(set(bad))
+
+
+def test_every_test_file_sits_in_its_wing(tmp_path: Path) -> None:
+    for name in ("test_top.py", "gather/test_ok.py", "gather/deep/test_deep.py",
+                 "support/test_helper.py", "other/test_other.py"):  # fmt: skip
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    for wing in WINGS[1:]:
+        (tmp_path / wing).mkdir()
+        (tmp_path / wing / "__init__.py").write_text("")
+    assert _misplaced(tmp_path) == [
+        "gather/__init__.py",
+        "gather/deep/test_deep.py",
+        "other",
+        "other/test_other.py",
+        "support/test_helper.py",
+        "test_top.py",
+    ]
+    assert _misplaced(ROOT / "tests") == []
