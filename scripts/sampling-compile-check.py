@@ -2,7 +2,7 @@
 registers and spills: ``PYTHONPATH=. python scripts/sampling-compile-check.py``.
 
 It also fails a multi-warp kernel with a poll loop that one warp can leave alone
-(:func:`tests.sampling_polls.warp_local_polls`; ``logits_gather.sampling.kernels.exchange``,
+(:func:`scripts.support.polls.warp_local_polls`; ``logits_gather.sampling.kernels.exchange``,
 "Uniform polls")."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from logits_gather.sampling.kernels import topp as N
 from logits_gather.sampling.kernels import topp_exact as R
 from logits_gather.sampling.kernels import waiters as F
 from logits_gather.sampling.kernels import writers as K
-from tests.sampling_polls import warp_local_polls
+from scripts.support.polls import warp_local_polls
 
 TARGET = GPUTarget("cuda", 90, 32)
 I64P, F32P = "*i64", "*fp32"

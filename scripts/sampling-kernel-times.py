@@ -22,7 +22,7 @@ import torch
 from logits_gather.sampling.fused import fused
 from logits_gather.sampling.kernels import topk, writers
 from logits_gather.sampling.kernels import topp as N
-from tests.emulated import Ranks
+from scripts.support.emulated import Ranks
 
 
 def _time(fn, iters: int = 200, reps: int = 7) -> float:

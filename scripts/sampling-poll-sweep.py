@@ -1,6 +1,6 @@
 """Compiles every waiting (final) kernel of the fused sampling path at the geometries the
 sampler derives for each vocabulary and tp, for sm_90 (no GPU needed), and fails any
-whose poll loop one warp can leave alone (:mod:`tests.sampling_polls`, the
+whose poll loop one warp can leave alone (:mod:`scripts.support.polls`, the
 check the launcher makes at first launch). Registers and spills are
 ``scripts/sampling-compile-check.py``'s job.
 
@@ -31,7 +31,7 @@ from logits_gather.sampling.fused.plans import (
 from logits_gather.sampling.kernels import topk as T
 from logits_gather.sampling.kernels import topp as N
 from logits_gather.sampling.kernels import waiters as F
-from tests.sampling_polls import warp_local_polls
+from scripts.support.polls import warp_local_polls
 
 _spec = importlib.util.spec_from_file_location(
     "sampling_compile_check", Path(__file__).with_name("sampling-compile-check.py")

@@ -1,7 +1,7 @@
 """Top-k and top-p tokens of ``sampling.sample`` (world size 1) against vLLM 0.33's own
 pipeline on the same logits on one GPU: ``apply_temperature``, the Triton
 ``apply_top_k_top_p_triton``, ``gumbel_sample``. (Greedy, temperature and min-p are
-bit-identical and asserted in ``tests/test_sampling_vllm_gpu.py``.)
+bit-identical and asserted in ``tests/sampling/test_vllm_fused.py``.)
 
 vLLM's pivot-based top-k/top-p kernel has its own tie and rounding rules, so this prints
 the share of rows with equal tokens, and explains every row that differs by comparing

@@ -25,8 +25,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from logits_gather.bench.plan import NVLS_OFF  # noqa: E402
-from tests.dist import run_ranks  # noqa: E402
-from tests.gpu import placement_env, rank_device  # noqa: E402
+from scripts.support.dist import run_ranks  # noqa: E402
+from scripts.support.placement import placement_env, rank_device  # noqa: E402
 
 
 def _burst(g, xs, n, start, end, cycles_per_us):

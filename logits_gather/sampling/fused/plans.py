@@ -28,7 +28,7 @@ key16 (``keys.best_key16``); bfloat16 rows that :func:`pairs` accepts take
 NARROW = (2048, 4)
 """(columns per split, warps) of sampling, min-p, top-p and logprobs with top_n."""
 FINAL_WARPS = 8
-"""Warps of top-p's final kernels; no fused kernel runs more (``tests/test_sampling_cpu.py``).
+"""Warps of top-p's final kernels; no fused kernel runs more (``tests/sampling/test_sampling.py``).
 Measured at 16 warps: nucleus_final's machine code gives wrong answers (float16 and
 float32 rows with no valid candidate take the decided branch or a round-2 level where 8
 and 4 warps say "undecided"; the same PTX is right through ``ptxas --opt-level 0`` and

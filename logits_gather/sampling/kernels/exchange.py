@@ -36,7 +36,7 @@ poll over at least as many elements as threads combines every warp's loads throu
 memory; Triton replicates a poll over fewer in every warp, and its test became a
 warp-local ``redux.sync``. So a multi-warp reader polls fewer words than threads in
 :func:`_spin` (one lane per thread, block-wide test), crosses a CTA barrier and loads them
-again in the caller's layout. ``tests/sampling_polls.py`` finds warp-local poll loops in
+again in the caller's layout. ``scripts/support/polls.py`` finds warp-local poll loops in
 compiled kernels.
 
 A wait that outlasts ``timeout_us`` records ``[code, cta, seen, target]`` in the mailbox's

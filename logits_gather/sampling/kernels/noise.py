@@ -4,7 +4,7 @@ murmur3 over the row's seed (low, then high 32 bits), its position (low 32 bits)
 global column; vLLM's fp32 uniform from the hash's 16-bit halves and its Gumbel transform;
 ``s = x / T``, skipped at T in {0, 1}. Written with the same Triton operations in the same
 order as vLLM's kernels, so the compiled bits agree with theirs on the same GPU
-(tests/test_sampling_vllm_gpu.py). The definition in torch: :mod:`..reference`.
+(tests/sampling/test_vllm_fused.py). The definition in torch: :mod:`..reference`.
 """
 
 from __future__ import annotations

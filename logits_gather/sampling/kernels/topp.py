@@ -28,7 +28,7 @@ and ``need`` is set. Rows left at -1 by either round go to the in-kernel exact f
 only in calls of more than 64 rows (:attr:`..fused.fused.Fused.round_two_rows`).
 Rows round 1 decided have ``lam`` DONE and round 2 skips them (no words,
 no epoch) on every rank alike; ``lam`` starts DONE (:func:`nucleus_local`), so a harness
-that runs writers before earlier waiting kernels (``tests.emulated``'s warm) skips every
+that runs writers before earlier waiting kernels (``scripts.support.emulated``'s warm) skips every
 row alike. Round 2's split 0 stores the ``lam`` its writers saw, for its final kernel.
 
 A row whose per-row ``top_k`` is on (``0 < k < V``) is decided by :func:`nucleus_k_row`
