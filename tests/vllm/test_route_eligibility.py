@@ -146,8 +146,9 @@ def test_step_fallbacks_are_counted_and_logged_once(caplog) -> None:
         "draft tokens (verification stays vLLM's)": 1,
         "a request added before the route": 1,
     }
-    lines = [r.getMessage() for r in caplog.records if "serves steps with" in r.getMessage()]
-    assert sum("penalties" in line for line in lines) <= 1
+    # One record per reason (the plugin may also hand it on to vLLM's logger).
+    said = {id(r) for r in caplog.records if "serves steps with penalties" in r.getMessage()}
+    assert len(said) <= 1
     setup = _route({0: None})
     setup.inner.use_fp64_gumbel = True
     assert setup.step(runner, h, _batch([0]), None) is None
