@@ -59,7 +59,7 @@ from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from ..gather import LogitsGather
 from ..logs import log_once
 from ..slots import slot_count
-from . import head, memory
+from . import head, hooks, memory
 from .context import call_mode, current_role, needs_copy, speculator_captures_full
 from .settings import CAPACITY_ENV, Settings
 
@@ -97,6 +97,9 @@ class GatherLogitsProcessor(LogitsProcessor):
         if self._settings.disable or (self.role == "drafter" and not self._settings.drafters):
             self._state = _STOCK
             self._unlogged = f"settings ask for it ({self._settings.describe()})"
+        self.local_only = False  # set by .sampler: _get_logits returns this rank's shard
+        if self.role == "target" and self._settings.sampler and not self._settings.disable:
+            hooks.install()  # V2 sampling from the shards (.sampler); idempotent
 
     def _gather_logits(self, logits: torch.Tensor) -> torch.Tensor:
         if not self._own_head:
@@ -119,6 +122,8 @@ class GatherLogitsProcessor(LogitsProcessor):
         skip_gather: bool = False,
     ) -> torch.Tensor | None:
         """``fused_head``: ``linear`` applies the head where :mod:`.head` allows it."""
+        if self.local_only:
+            return super()._get_logits(hidden_states, lm_head, embedding_bias, skip_gather=True)
         lg, mode = None, call_mode(hidden_states)
         if not skip_gather and mode != "compiling":  # traced: vLLM's path, as the gather's
             lg = self.head_route.pick(

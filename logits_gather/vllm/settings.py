@@ -21,6 +21,9 @@ timeout_s      LOGITS_GATHER_VLLM_TIMEOUT_S      300       how long a gather wai
 on_timeout     LOGITS_GATHER_VLLM_ON_TIMEOUT     trap      trap (abort on the device) / raise
 drafters       LOGITS_GATHER_VLLM_DRAFTERS       true      serve speculative drafters too
 fused_head     LOGITS_GATHER_VLLM_FUSED_HEAD     false     LM head by LogitsGather.linear
+sampler        LOGITS_GATHER_VLLM_SAMPLER        true      V2 runner: eligible steps sample from
+                                                           the vocab shards (docs/vllm.md)
+sampler_top_k  LOGITS_GATHER_VLLM_SAMPLER_TOP_K  false     those steps may hold top-k/top-p rows
 =============  ================================  ========  ========================================
 
 Bad values raise ``ValueError`` naming the key or variable and the value.
@@ -91,6 +94,8 @@ class Settings:
     on_timeout: str = "trap"
     drafters: bool = True
     fused_head: bool = False
+    sampler: bool = True
+    sampler_top_k: bool = False
     sources: tuple[str, ...] = ()
 
     @classmethod
@@ -132,7 +137,7 @@ class Settings:
 
 
 def _parse(name: str, raw: Any, label: str) -> Any:
-    if name in ("disable", "drafters", "fused_head"):
+    if name in ("disable", "drafters", "fused_head", "sampler", "sampler_top_k"):
         return _flag(raw, label)
     if name == "capacity":
         return _number(raw, label, int, 1)

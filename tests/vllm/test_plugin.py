@@ -32,7 +32,9 @@ else:
 
 VOCAB, HIDDEN, MAX_NUM_SEQS = 1000, 64, 6  # vLLM pads VOCAB to 1024
 PADDED = 1024
-ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "logits_gather"}
+# CUDA_VISIBLE_DEVICES="": vLLM 0.34's CPU platform refuses x86 without Triton, and its
+# triton_utils keeps Triton only where no GPU driver is expected (an empty device list).
+ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "logits_gather", "CUDA_VISIBLE_DEVICES": ""}
 TD = {"backend": "torch.distributed"}
 
 
