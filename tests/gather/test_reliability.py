@@ -10,7 +10,6 @@ import time
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from logits_gather import LogitsGather, PeerTimeoutError
 from scripts.support.dist import run_ranks
@@ -179,11 +178,6 @@ def test_misuse_options_autograd_devices_and_trap_translation() -> None:
     assert per_rank[0] == per_rank[1]
 
 
-def _timeouts(rank: int, world: int) -> tuple[float, float]:
-    first = _fallback_timeout(rank, world)  # leaves the group in step
-    return first, _skipped_for_good(rank, world)  # leaves it out of step: last
-
-
 def _fallback_timeout(rank: int, world: int) -> float:
     g = LogitsGather(**KW, timeout_s=1.0)
     shard, full = _shard(1, rank, world)
@@ -191,9 +185,9 @@ def _fallback_timeout(rank: int, world: int) -> float:
     waited = 0.0
     if rank == 0:
         started = time.monotonic()
-        with pytest.raises(
+        with pytest.raises(  # each call first exchanges M (ranks must agree on it)
             PeerTimeoutError,
-            match=r"did not join the all-gather of M=3 rows "
+            match=r"did not join the all-gather of the row count \(M=3\) "
             r"within timeout_s=1 s",
         ):
             g(shard)
@@ -205,8 +199,11 @@ def _fallback_timeout(rank: int, world: int) -> float:
                 g.check()
     else:
         time.sleep(3.0)
-        g(shard)  # pairs with rank 0's abandoned all-gather, which completes in gloo
-    dist.barrier()
+        # rank 1's late call pairs with rank 0's abandoned row-count exchange and then
+        # finds nobody in the all-gather: it times out there instead of hanging
+        with pytest.raises(PeerTimeoutError, match="did not join the all-gather of M=3 rows"):
+            g(shard)
+    # no barrier: rank 1's abandoned all-gather still occupies the gloo group
     return waited
 
 
@@ -238,8 +235,10 @@ def _skipped_for_good(rank: int, world: int) -> float:
 
 def test_timeouts_end_in_errors_not_hangs() -> None:
     """The gloo fallback honours timeout_s; a call that one rank skips for good ends in
-    PeerTimeoutError on both ranks (check on one, all-gather on the other)."""
-    fallback, check = run_ranks(_timeouts, 2, timeout=90)[0]
+    PeerTimeoutError on both ranks, with and without the call check. Each case leaves the
+    group out of step, so each runs on ranks of its own."""
+    fallback = run_ranks(_fallback_timeout, 2, timeout=90)[0]
+    check = run_ranks(_skipped_for_good, 2, timeout=90)[0]
     assert 0.9 < fallback < 2.5, f"rank 0 waited {fallback:.2f} s with timeout_s=1"
     assert 0.9 < check < 2.5, f"rank 0 waited {check:.2f} s in the call check"
 

@@ -72,8 +72,8 @@ def _batch(m: int, positions: torch.Tensor, req_idx: list[int]):
 
 def compare(rank: int, world: int, cases: list[dict]) -> list[dict]:
     """For each case: vLLM's and the route's tokens, logprobs, ranks and counts."""
-    from tests.vllm.test_plugin import vllm_ranks
     from tests.sampling.vllm_oracle import _interpreter_index_fix
+    from tests.vllm.test_plugin import vllm_ranks
 
     _interpreter_index_fix()
     import vllm.v1.worker.gpu.buffer_utils as buffers
