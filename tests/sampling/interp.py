@@ -1,7 +1,7 @@
 """Logic check of the fused sampling kernels on the CPU with Triton's interpreter.
 
-``TRITON_INTERPRET=1 PYTHONPATH=. python tests/sampling/interp.py [--smoke|--single] [--tp8]``
-(pytest: ``tests/sampling/test_interpreter.py``) runs
+``TRITON_INTERPRET=1 PYTHONPATH=. python tests/sampling/interp.py [--smoke|--single|--adversarial]
+[--tp8]`` (pytest: ``tests/sampling/test_interpreter.py``) runs
 every rank in a thread of one process, with CPU mailboxes whose peer tables hold
 all ranks' addresses; kernels run one at a time, and each final kernel starts
 once every rank's local kernels ran. It compares with :mod:`.reference` on the
@@ -75,11 +75,8 @@ def _mailboxes(world: int, capacity: int):
     return box_for, boxes
 
 
-def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: bool = False) -> int:
-    """``single``: one launch per round (``*_one`` kernels: greedy,
-    sample, logprobs, min-p, top-k; world 1 only: here a waiting program cannot wait for
-    a kernel that runs after its own)."""
-    gen = torch.Generator().manual_seed(seed)
+def _logits(gen: torch.Generator, world: int, n: int, m: int, dtype) -> tuple:
+    """``(full, temperature)``: the adversarial rows :func:`run` checks by default."""
     v = n * world
     full = torch.randn(m, v, generator=gen) * 3
     full[0] = torch.randint(-2, 2, (v,), generator=gen).float()  # ties
@@ -108,12 +105,12 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
     temp[6:] = 50.0  # nearly uniform over the kept set: a missing element shows
     if m > 7:
         temp[7] = 1.0
-    seeds = torch.randint(-(2**62), 2**62, (m,), generator=gen)
-    pos = torch.randint(0, 2**31, (m,), generator=gen)
-    rows = (seeds, pos)  # the fused kernels' seeds, positions
-    ids = torch.randint(0, v, (m,), generator=gen)
-    fails = 0
-    ops = [("greedy", None), ("sample", None)] + [("sample_k", k) for k in (1, 3, 20, 64)]
+    return full, temp
+
+
+def _ops(m: int, v: int) -> list:
+    """Every operation :func:`run` checks by default, ``(op, argument)``."""
+    ops: list = [("greedy", None), ("sample", None)] + [("sample_k", k) for k in (1, 3, 20, 64)]
     ops += [("logprobs", n_) for n_ in (0, 1, 5)] + [("minp", mp) for mp in (0.05, 0.5, 1.0)]
     mixed = torch.tensor([(0.9, 1.0, 0.3, 0.999)[i % 4] for i in range(m)], dtype=torch.float64)
     ops += [("topp", (0.9, None)), ("topp", (0.5, 0.1)), ("topp", (mixed, None))]
@@ -132,6 +129,32 @@ def run(world: int, n: int, m: int, seed: int, dtype=torch.bfloat16, single: boo
     # Per-row k with top-p in top-p's launches (nucleus_k_row): any k, decided from candidates
     pk = torch.tensor([(5, 0, 64, v, 1, 300, 0, 20, 65)[i % 9] for i in range(m)])
     ops += [("rowkp", (pk, mixed, None)), ("rowkp", (pk, mixed, 0.05)), ("rowkp", (pk, 0.9, None))]
+    return ops
+
+
+def run(
+    world: int,
+    n: int,
+    m: int,
+    seed: int,
+    dtype=torch.bfloat16,
+    single: bool = False,
+    data: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ops: list | None = None,
+) -> int:
+    """``single``: one launch per round (``*_one`` kernels: greedy,
+    sample, logprobs, min-p, top-k; world 1 only: here a waiting program cannot wait for
+    a kernel that runs after its own). ``data``: ``(full [m, n * world], temperature)``
+    instead of :func:`_logits`'s; ``ops``: these operations instead of :func:`_ops`'s."""
+    gen = torch.Generator().manual_seed(seed)
+    v = n * world
+    full, temp = data if data is not None else _logits(gen, world, n, m, dtype)
+    seeds = torch.randint(-(2**62), 2**62, (m,), generator=gen)
+    pos = torch.randint(0, 2**31, (m,), generator=gen)
+    rows = (seeds, pos)  # the fused kernels' seeds, positions
+    ids = torch.randint(0, v, (m,), generator=gen)
+    fails = 0
+    ops = _ops(m, v) if ops is None else ops
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
     ops = [op for op in ops if only is None or op[0] in only]
     undecided = spilled = rescued = k_rows = k_decided = rested = 0
@@ -390,19 +413,52 @@ def check_dead() -> int:
     return fails
 
 
+def adversarial() -> int:
+    """Issue 67's rows (:func:`tests.sampling.test_exactness.base_rows`: ties at the cuts
+    across shard boundaries, flat and nearly flat rows, rows kept whole, one token holding
+    the mass, float32 keys one ulp apart, and the ties row at T = 0) through top-p (0.9 and
+    per-row cuts at a run's end or one unit of mass past it), top-k with top-p, top-k and a
+    per-row top-k with min-p at V = 768: at world size 1 every row (the in-kernel fallback
+    serves what the rounds leave), in bfloat16 (float32: the per-row cuts and top-k); at
+    tp 2 (bfloat16) top-k exactly and the top-p rows the candidates decide. About a minute
+    on a CPU core."""
+    from tests.sampling import test_exactness as ex
+
+    base = ex.base_rows(torch.Generator().manual_seed(ex.SEED))
+    kinds = ex.KINDS + ("ties",)
+    temp = torch.tensor([ex.TEMPS.get(k, 1.0) for k in kinds])
+    temp[-1] = 0.0
+    m, v = len(kinds), ex.V
+    k_rows = torch.tensor([(0, 9, 10, 11, 65, v, 300, 1)[i % 8] for i in range(m)])
+    fails = 0
+    for world, dtype in ((1, torch.bfloat16), (1, torch.float32), (2, torch.bfloat16)):
+        full = torch.stack([base[k] for k in kinds]).to(dtype)
+        at = ex.run_end_p(full, temp, 0, deep=False)
+        past = ex.run_end_p(full, temp, 1, deep=True)
+        ops = [("topp", (at, None)), ("topk_f", (11, past, None)), ("topk_f", (10, None, None))]
+        if world == 1 and dtype == torch.bfloat16:
+            ops += [("topp", (0.9, None)), ("rowk", (k_rows, 0.05))]
+        print(f"adversarial rows, {dtype}:", flush=True)
+        fails += run(world, v // world, m, ex.SEED, dtype, data=(full, temp), ops=ops)
+    return fails
+
+
 def _report(fails: int) -> int:
     print("FAILURES:", fails)
     return 1 if fails else 0
 
 
 def main() -> int:
-    """``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
+    """``--adversarial``: :func:`adversarial` alone.
+    ``--tp8``: also every operation at tp=8's geometry (8 x 18944 columns; minutes).
     ``--only=OP[,OP]``: those operations alone (greedy, sample, sample_k, logprobs, minp,
     topp, topk_f, rowk, rowkp). ``--single``: the world-1 one-launch runs alone.
     ``--smoke``: the whole run's first part alone: the key decoding, the fallback's dead
     flag and every operation on the narrowest shards (one launch at world size 1, then
     tp 2 and 3); about 3 minutes on one CPU core, where the whole run takes over 25
     minutes."""
+    if "--adversarial" in sys.argv:
+        return _report(adversarial())
     if "--single" in sys.argv:
         fails = run(1, 300, 5, random.randrange(2**31), torch.bfloat16, single=True)
         fails += run(1, 9000, 6, random.randrange(2**31), torch.bfloat16, single=True)

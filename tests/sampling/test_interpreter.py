@@ -12,8 +12,14 @@ definition (harnesses: ``tests/sampling/interp.py``, ``tests/sampling/interp_rou
   another, so a reader cannot wait for a peer's writer of the same launch (the GPU tests
   cover that).
 
+- Issue 67's adversarial rows (``--adversarial``: ties at the cuts across shard
+  boundaries, flat rows, rows kept whole, one token holding the mass; the rows of
+  ``tests/sampling/test_exactness.py``) through top-p, top-k and a per-row top-k at world
+  size 1 (every row, the in-kernel fallback included) and tp 2.
+
 By default only the smoke run (``--smoke``: every operation on the narrowest shards at
-world size 1, tp 2 and 3; about 3 minutes) and the round-2 harness run. The whole harness
+world size 1, tp 2 and 3; about 3 minutes), the adversarial rows (about a minute) and
+the round-2 harness run. The whole harness
 takes over 50 minutes on a CPU core: ``LOGITS_GATHER_INTERP_FULL=1`` runs it too. Skipped
 where Triton is not installed; each runs in a subprocess because ``TRITON_INTERPRET`` must
 be set before Triton is imported."""
@@ -53,6 +59,13 @@ def test_every_operation_on_narrow_shards() -> None:
     for world in (1, 2, 3):  # each world size ran
         assert f"world={world} n=" in run.stdout, run.stdout[-4000:]
     assert "topp" in run.stdout and "rowkp" in run.stdout, run.stdout[-4000:]
+
+
+def test_adversarial_rows_match_the_definition() -> None:
+    run = _interpret("interp.py", "--adversarial")
+    for world, n in ((1, 768), (2, 384)):  # each world size ran
+        assert f"world={world} n={n}" in run.stdout, run.stdout[-4000:]
+    assert "rows the in-kernel fallback served" in run.stdout, run.stdout[-4000:]
 
 
 @FULL

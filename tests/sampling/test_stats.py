@@ -14,6 +14,13 @@ float64 from probabilities (min-p: ``p_j >= min_p * p_max``; top-p: the shortest
 prefix of whole runs of equal logits whose cumulative probability reaches ``p``),
 not from the library's integer masses; the configurations keep away from the
 cut-offs, where the two could differ in the last bits.
+
+The flat profiles (issue 67: T from 1.0 to 1.5, nearly flat and all-equal rows, where the
+nucleus holds most of the row) run with fixed seeds, top_p midway between two run ends of
+the float64 cumulative probability (:func:`flat_configs`). The same counts must reject a
+nucleus with one token more and one token fewer (the check's power), and
+:func:`test_flat_check_rejects_a_wrong_nucleus` feeds the check draws of the definition
+whose nucleus holds one token more, then one fewer (planted bugs): both must fail it.
 """
 
 from __future__ import annotations
@@ -44,6 +51,15 @@ FILTERED = (
     (0.7, dict(min_p=0.05), "random"),
     (1.5, dict(top_p=0.9, min_p=0.02, top_k=30), "random"),
     (1.0, dict(top_p=0.55), "ties"),
+)
+FLAT_SEED = 67
+# (temperature, target top_p, logits kind): the flat profiles; flat_configs moves each top_p
+# midway between the two run ends around it.
+FLAT = (
+    (1.0, 0.7, "nearly_flat"),
+    (1.5, 0.9, "nearly_flat"),
+    (1.25, 0.6, "flat_0.5"),
+    (1.0, 0.5, "flat"),
 )
 
 
@@ -96,6 +112,12 @@ def row_logits(seed: int, kind: str) -> torch.Tensor:
     matters even within a small top-k), at random positions."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.arange(V) * -0.6 + torch.randn(V, generator=gen) * 0.3
+    if kind == "nearly_flat":
+        x = torch.randn(V, generator=gen) * 0.01
+    elif kind == "flat_0.5":
+        x = torch.randn(V, generator=gen) * 0.5
+    elif kind == "flat":
+        x = torch.zeros(V)
     if kind == "ties":  # top-3 cut lands inside a run of four equal logits
         x[1:5] = x[1]
     return x[torch.randperm(V, generator=gen)]
@@ -181,6 +203,85 @@ def _assert_fits(seed: int, configs, counts: list[list[int]]) -> None:
             alt = expected(x, t * 1.5, k)
         wrong = chi2_p(c, alt)
         assert wrong < ALPHA, f"T={t} k={k}: the test cannot reject the alternative (p={wrong})"
+
+
+def _run_ends(x: torch.Tensor, t: float) -> torch.Tensor:
+    """The float64 cumulative probability of softmax(x / T) at each run's end, largest
+    values first (a run: equal logits)."""
+    s = x.double() / t
+    prob = torch.softmax(s, 0)
+    return torch.stack([prob[s >= v].sum() for v in s.unique(sorted=True).flip(0)])
+
+
+def flat_configs(seed: int) -> tuple:
+    """FLAT with each top_p midway between the run ends around its target (so the float64
+    nucleus and the library's integer masses agree); one run: the target itself."""
+    out = []
+    for i, (t, target, kind) in enumerate(FLAT):
+        cum = _run_ends(row_logits(seed + i, kind), t)
+        j = int((cum < target).sum())
+        p = target if len(cum) == 1 else float(cum[j - 1] + cum[j]) / 2 if j else float(cum[0]) / 2
+        out.append((t, dict(top_p=p), kind))
+    return tuple(out)
+
+
+def _nucleus(x: torch.Tensor, t: float, size: int) -> torch.Tensor:
+    """softmax(x / T) over the ``size`` tokens of largest x (ties by lower id), float64."""
+    s = x.double() / t
+    keep = torch.zeros_like(s, dtype=torch.bool)
+    keep[torch.sort(s, descending=True, stable=True).indices[:size]] = True
+    return torch.softmax(s.masked_fill(~keep, -math.inf), 0)
+
+
+def _assert_flat(seed: int, configs, counts: list[list[int]]) -> None:
+    """The counts fit the float64 nucleus and reject it with one token more or fewer."""
+    for i, ((t, f, kind), c) in enumerate(zip(configs, counts, strict=True)):
+        x, c = row_logits(seed + i, kind), torch.tensor(c)
+        probs = expected_filtered(x, t, f)
+        where = f"T={t} {f} {kind}"
+        assert int(c[probs == 0].sum()) == 0, f"{where}: drew tokens outside the nucleus"
+        p = chi2_p(c, probs)
+        assert p >= ALPHA, f"{where}: chi-square p={p:.2e}, counts {c.tolist()}"
+        size = int((probs > 0).sum())
+        for wrong in (size - 1, size + 1):
+            if 0 < wrong <= V:
+                p = chi2_p(c, _nucleus(x, t, wrong))
+                assert p < ALPHA, f"{where}: cannot tell a nucleus of {wrong} from {size} ({p})"
+
+
+def test_flat_distribution_tp1() -> None:
+    configs = flat_configs(FLAT_SEED)
+    _assert_flat(FLAT_SEED, configs, run_ranks(_draw, 1, FLAT_SEED, configs)[0])
+
+
+def test_flat_distribution_tp2() -> None:
+    configs = flat_configs(FLAT_SEED)[1:3]
+    results = run_ranks(_draw, 2, FLAT_SEED + 1, configs)
+    assert results[0] == results[1]
+    _assert_flat(FLAT_SEED + 1, configs, results[0])
+
+
+def test_flat_check_rejects_a_wrong_nucleus() -> None:
+    """Planted bugs: draws of the definition whose top_p reaches one run further (one
+    token more on these rows), or stops one run short (one token fewer), fail
+    :func:`_assert_flat`; each planted nucleus fits its own draws."""
+    from logits_gather.sampling import reference
+
+    configs = flat_configs(FLAT_SEED)[:3]
+    for i, (t, f, kind) in enumerate(configs):
+        x = row_logits(FLAT_SEED + i, kind)
+        cum = _run_ends(x, t)
+        j = int((cum < f["top_p"]).sum())  # the nucleus ends at run j
+        size = int((expected_filtered(x, t, f) > 0).sum())
+        seeds = torch.arange(R) + (FLAT_SEED * 1_000_003 + i) * R
+        for end, error in ((j + 1, "drew tokens outside"), (j - 1, "chi-square")):
+            p = float(cum[end] + cum[end - 1]) / 2  # midway before run `end`'s end
+            tokens = reference.sample(x.expand(R, V), torch.full((R,), t), seeds, top_p=p)
+            counts = torch.bincount(tokens, minlength=V)
+            with pytest.raises(AssertionError, match=error):
+                _assert_flat(FLAT_SEED + i, configs[i : i + 1], [counts.tolist()])
+            planted = _nucleus(x, t, size + end - j)
+            assert chi2_p(counts, planted) >= ALPHA, f"T={t} {kind}: the planted nucleus"
 
 
 @pytest.fixture
