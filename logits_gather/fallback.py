@@ -17,8 +17,9 @@ and waited for with ``timeout_s``; a rank whose peers do not arrive raises
 :class:`PeerTimeoutError` (gloo honours the wait's timeout; the abandoned
 operation still completes in gloo's worker thread later, so the object is
 unusable afterwards, and a peer that arrives late completes the abandoned row-count
-exchange, then times out in the all-gather: the group is out of step). On CUDA tensors (NCCL) a bounded wait would block the host
-on every call, so the process group's own timeout governs there.
+exchange, then times out in the all-gather: the group is out of step). On CUDA tensors
+(NCCL) a bounded wait would block the host on every call, so the process group's own
+timeout governs there.
 """
 
 from __future__ import annotations
