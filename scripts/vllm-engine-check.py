@@ -9,7 +9,7 @@ V2 route (sampling from the shards), through ../shared/tools/vllm-gpu/. NOT YET 
 
 Each engine runs in its own child process (``--variant``), all with the plugin loaded:
 ``stock`` sets ``sampler: false`` (vLLM's sampler; at TP=1 the plugin's gather is vLLM's
-path), ``route`` the defaults, ``route_topk`` adds ``sampler_top_k: true``.
+path), ``route`` ``sampler: true``, ``route_topk`` adds ``sampler_top_k: true``.
 
 check (eager and CUDA graphs ``FULL_DECODE_ONLY``): greedy, seeded and unseeded
 temperature, min-p, a batch mixing them, prompts of different lengths, requests joining
@@ -43,7 +43,11 @@ OPS = {
     "top_p": dict(temperature=0.8, top_p=0.9),
     "top_k_top_p": dict(temperature=0.8, top_k=50, top_p=0.9),
 }
-VARIANTS = {"stock": {"sampler": False}, "route": {}, "route_topk": {"sampler_top_k": True}}
+VARIANTS = {
+    "stock": {"sampler": False},
+    "route": {"sampler": True},
+    "route_topk": {"sampler": True, "sampler_top_k": True},
+}
 
 
 def engine(variant: str, eager: bool, max_num_seqs: int = 256):

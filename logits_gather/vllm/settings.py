@@ -21,7 +21,7 @@ timeout_s      LOGITS_GATHER_VLLM_TIMEOUT_S      300       how long a gather wai
 on_timeout     LOGITS_GATHER_VLLM_ON_TIMEOUT     trap      trap (abort on the device) / raise
 drafters       LOGITS_GATHER_VLLM_DRAFTERS       true      serve speculative drafters too
 fused_head     LOGITS_GATHER_VLLM_FUSED_HEAD     false     LM head by LogitsGather.linear
-sampler        LOGITS_GATHER_VLLM_SAMPLER        true      V2 runner: eligible steps sample from
+sampler        LOGITS_GATHER_VLLM_SAMPLER        false     V2 runner: eligible steps sample from
                                                            the vocab shards (docs/vllm.md)
 sampler_top_k  LOGITS_GATHER_VLLM_SAMPLER_TOP_K  false     those steps may hold top-k/top-p rows
 =============  ================================  ========  ========================================
@@ -94,7 +94,7 @@ class Settings:
     on_timeout: str = "trap"
     drafters: bool = True
     fused_head: bool = False
-    sampler: bool = True
+    sampler: bool = False  # on once the GPU engine check passes (docs/vllm.md)
     sampler_top_k: bool = False
     sources: tuple[str, ...] = ()
 

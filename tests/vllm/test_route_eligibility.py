@@ -175,12 +175,13 @@ def test_hooks_wrap_the_installed_seams() -> None:
         return SimpleNamespace(vllm_config=config, model=None)
 
     inner = type("Sampler", (), {"sampling_states": SimpleNamespace(vocab_size=V)})()
-    got = wrapped(state(), inner)
+    assert wrapped(state(), inner) is None  # off by default until the GPU engine check
+    got = wrapped(state({"sampler": True}), inner)
     assert isinstance(got[0], ShardSampler) and got[1] is None and got[0].inner is inner
     assert wrapped(state({"sampler": False}), inner) is None
     assert wrapped(state({"disable": True}), inner) is None
-    assert wrapped(state(spec=object()), inner) is None
-    assert wrapped(state(), type("GPUWatermarkSampler", (), {})()) is None
+    assert wrapped(state({"sampler": True}, spec=object()), inner) is None
+    assert wrapped(state({"sampler": True}), type("GPUWatermarkSampler", (), {})()) is None
 
     class Served(ShardSampler):
         def step(self, runner, hidden, batch, grammar):
