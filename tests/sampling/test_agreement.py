@@ -46,11 +46,17 @@ def _widths(rank: int, world: int, op: str) -> str:
     return _error(sampling.VocabParallelSampler, shard.shape[1], 8, "cpu")
 
 
+def _every_width_case(rank: int, world: int) -> list[str]:
+    """Each case fails on every rank and builds nothing, so one set of ranks runs them all."""
+    return [_widths(rank, world, op) for op in ("greedy", "sample", "sampler")]
+
+
 @pytest.mark.parametrize("world", WORLDS)
-@pytest.mark.parametrize("op", ["greedy", "sample", "sampler"])
-def test_different_widths_raise_the_same_error(world: int, op: str) -> None:
-    seen = _same_everywhere(run_ranks(_widths, world, op))
-    assert seen.startswith("ValueError") and "columns differs between ranks" in seen, seen
+def test_different_widths_raise_the_same_error(world: int) -> None:
+    per_rank = run_ranks(_every_width_case, world)
+    for case in zip(*per_rank, strict=True):
+        seen = _same_everywhere(list(case))
+        assert seen.startswith("ValueError") and "columns differs between ranks" in seen, seen
 
 
 def _widths_unchecked(rank: int, world: int) -> str:
@@ -89,17 +95,21 @@ def _call(rank: int, which: str, own: bool) -> str:
     return _error(target.sample, shard, t, seed, pos, top_k=k, top_p=p, min_p=mp)
 
 
-def _arguments(rank: int, world: int, which: str, own: bool) -> str:
-    return _call(rank, which, own)
+def _every_argument(rank: int, world: int) -> list[str]:
+    """Each call fails on every rank, and every rank counted it, so the same ranks (and
+    the same cached sampler) go on to the next; ``seed`` and ``top_n`` also on a user's
+    sampler, not only the functions'."""
+    cases = [(which, False) for which in ARGUMENTS] + [("seed", True), ("top_n", True)]
+    return [_call(rank, which, own) for which, own in cases]
 
 
 @pytest.mark.parametrize("world", WORLDS)
-@pytest.mark.parametrize("which", ARGUMENTS)
-def test_different_arguments_raise_the_same_error(world: int, which: str) -> None:
-    own = which in ("seed", "top_n")  # a user's sampler too, not only the functions'
-    seen = _same_everywhere(run_ranks(_arguments, world, which, own, env=CHECKED))
-    assert seen.startswith("ValueError: logits_gather.sampling call check"), seen
-    assert "differs between ranks" in seen, seen
+def test_different_arguments_raise_the_same_error(world: int) -> None:
+    per_rank = run_ranks(_every_argument, world, env=CHECKED)
+    for case in zip(*per_rank, strict=True):
+        seen = _same_everywhere(list(case))
+        assert seen.startswith("ValueError: logits_gather.sampling call check"), seen
+        assert "differs between ranks" in seen, seen
 
 
 def _fingerprint_off(rank: int, world: int) -> str:
