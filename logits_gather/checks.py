@@ -9,6 +9,7 @@ in the next collective. The per-call agreement (``check_calls``) lives in
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -118,6 +119,12 @@ def construction_problems(
     if not isinstance(graphs, bool):
         problems.append(f"graphs must be a bool, got {graphs!r}")
     return problems
+
+
+def on_device(device: torch.device) -> contextlib.AbstractContextManager:
+    """The context that collectives and allocations for ``device`` run in: its CUDA
+    device (NCCL's object collectives and symmetric memory use the current one)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def agree(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any, NoReturn
 
@@ -14,6 +13,7 @@ from .checks import (
     PeerTimeoutError,
     agree,
     construction_problems,
+    on_device,
     resolve_device,
     resolve_options,
     shard_error,
@@ -113,7 +113,7 @@ class LogitsGather:
             "on_timeout": on_timeout,
             "check_calls": check_calls,
         }
-        with self._on(talk_on):
+        with on_device(talk_on):
             extras = agree(group, record, problems, extra=(local, info))
         self.columns: int = columns
         self.capacity: int = capacity
@@ -125,7 +125,7 @@ class LogitsGather:
         self._failed: str | None = None
         self._graphs = graphs
         self._head: Any = None
-        with self._on(device):
+        with on_device(device):
             self.backend, self._impl = self._build(extras, backend, graphs)
             self._calls = None
             if check_calls and self.world_size > 1:
@@ -139,10 +139,6 @@ class LogitsGather:
                     dtype=dtype,
                     device=device,
                 )
-
-    @staticmethod
-    def _on(device: torch.device):
-        return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
     def _failures(self, step: str, failure: str | None) -> list[str]:
         """Every rank's failure at ``step`` (collective); one line if all ranks saw the same.

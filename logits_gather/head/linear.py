@@ -8,13 +8,12 @@ implementation), ``check_call`` (its collective call check, or None) and ``guard
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ..checks import agree
+from ..checks import agree, on_device
 from .checks import aligned, linear_error
 from .route import HeadRoute, kernel_problem
 
@@ -42,8 +41,7 @@ class HeadLinear:
         kernel = kernel_problem(world_size=world_size, backend=backend, device=device)
 
         def agree_failure(failure: str | None) -> list[str | None]:
-            on = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-            with on:
+            with on_device(device):
                 return agree(group, {"step": "fused head compile"}, [], extra=failure)
 
         self.route = HeadRoute(

@@ -5,7 +5,6 @@ cost a host sync; they are skipped during CUDA graph capture and with
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -46,11 +45,6 @@ def construction_problems(columns: Any, capacity: Any, backend: Any) -> list[str
     if backend not in BACKENDS:
         problems.append(f"backend must be one of {BACKENDS}, got {backend!r}")
     return problems
-
-
-def on(device: torch.device):
-    """The context that collectives about ``device`` run in (its CUDA device)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def shard(x: Any, *, columns=None, capacity=None, device=None) -> int:

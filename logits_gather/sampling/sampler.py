@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..checks import agree, resolve_device, resolve_options
+from ..checks import agree, on_device, resolve_device, resolve_options
 from . import checks
 from .agreement import GREEDY, LOGPROBS, SAMPLE, Agreement, collective, settle
 from .exact import filters, ops
@@ -81,7 +81,7 @@ class VocabParallelSampler:
             on_timeout=on_timeout,
             check_calls=check_calls,
         )
-        with checks.on(talk_on):
+        with on_device(talk_on):
             agree(
                 group, record, problems + more + options, what="VocabParallelSampler construction"
             )

@@ -12,7 +12,6 @@ they meet at a host barrier before each kernel variant's first launch
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 import os
@@ -23,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from ... import symmetric
-from ...checks import agree
+from ...checks import agree, on_device
 from ...logs import log_once
 from .launcher import pdl_capable
 
@@ -125,8 +124,7 @@ def decide(state: State, trap: bool) -> Fused | None:
     """The sampler's :class:`.fused.Fused` for its ``state``, or None for the torch-ops
     path; builds the first mailboxes. Collective."""
     device = state.device
-    on = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-    with on:  # collectives and symmetric memory on this rank's GPU
+    with on_device(device):  # collectives and symmetric memory on this rank's GPU
         use_torch, problems = torch_wanted()
         agree(state.group, {TORCH_ENV: use_torch}, problems, what=WHAT)
         if use_torch:
