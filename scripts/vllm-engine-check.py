@@ -215,6 +215,16 @@ def spawn(mode: str, variant: str, eager: bool, batches: list[int]) -> dict:
     return {"error": proc.returncode, "tail": (proc.stdout + proc.stderr)[-4000:]}
 
 
+def _write(path: str | None, report: dict) -> str:
+    """``report`` as JSON, written to ``path`` (after every engine: a run cut short keeps
+    what finished)."""
+    text = json.dumps(report, indent=1)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+    return text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("check", "bench"))
@@ -232,18 +242,21 @@ def main() -> int:
     for eager in [bool(a.eager)] if a.eager is not None else [True, False]:
         key = "eager" if eager else "graphs"
         if a.mode == "check":
-            res = {v: spawn("check", v, eager, batches) for v in VARIANTS}
+            res = {}
+            for v in VARIANTS:
+                res[v] = spawn("check", v, eager, batches)
+                print(f"{key} {v}: {'error' if 'error' in res[v] else 'done'}", file=sys.stderr)
+                _write(a.out, report | {key: {"partial": res}})
             bad = [v for v, r in res.items() if "error" in r]
             report[key] = {"failed": {v: res[v] for v in bad}} if bad else compare(eager, res)
         else:  # interleaved: stock, route, stock, route, ...
             runs = [(rep, v) for rep in range(a.reps) for v in ("stock", "route_topk")]
-            report[key] = [{"rep": r, "variant": v, **spawn("bench", v, eager, batches)}
-                           for r, v in runs]  # fmt: skip
-    text = json.dumps(report, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+            report[key] = []
+            for r, v in runs:
+                report[key].append({"rep": r, "variant": v, **spawn("bench", v, eager, batches)})
+                print(f"{key} rep {r} {v}: done", file=sys.stderr)
+                _write(a.out, report)
+    print(_write(a.out, report))
     return 0 if a.mode == "bench" or all(r.get("ok") for r in report.values()) else 1
 
 
