@@ -23,24 +23,7 @@ from logits_gather.sampling.fused import fused
 from logits_gather.sampling.kernels import topk, writers
 from logits_gather.sampling.kernels import topp as N
 from scripts.support.emulated import Ranks
-
-
-def _time(fn, iters: int = 200, reps: int = 7) -> float:
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            graph.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / iters)
-    return statistics.median(out)
+from scripts.support.replay import graph_us as _time
 
 
 def _kernels(fn, reps: int = 30) -> list[tuple[str, float]]:
