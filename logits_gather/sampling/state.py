@@ -55,9 +55,10 @@ class State:
         if m > self.capacity:
             self.capacity = max(1 << (m - 1).bit_length(), 2 * self.capacity)
 
-    def box(self, words: int, rows: int) -> mailbox.Mailbox:
-        """The fused kernels' mailbox of ``words`` words per rank for ``rows`` rows."""
-        return self.boxes.get(words, rows, self.capacity)
+    def box(self, words: int, rows: int, capacity: int | None = None) -> mailbox.Mailbox:
+        """The fused kernels' mailbox of ``words`` words per rank for ``rows`` rows, built
+        for ``capacity`` rows (default: the sampler's)."""
+        return self.boxes.get(words, rows, self.capacity if capacity is None else capacity)
 
     def exchange_for(self, width: int, rows: int) -> ops.Exchange:
         """The exchange of ``width`` fp32 words for ``rows`` rows (collective if built)."""

@@ -40,6 +40,8 @@ from .plans import (
     idle_programs,
     pairs,
     pow2,
+    rest_team,
+    rest_teams,
     room,
     select_warps,
     xbits,
@@ -77,7 +79,7 @@ class Fused:
         columns: int,
         world: int,
         rank: int,
-        box: Callable[[int, int], Mailbox],
+        box: Callable[..., Mailbox],
         trap: bool,
         wait_ctas: int | None = None,
         index: int | None = None,
@@ -87,6 +89,7 @@ class Fused:
     ) -> None:
         self.single_rows = single_rows
         self.sms: int | None = None  # the device's, once a launch needs it
+        self.rest_loaded: set[tuple] = set()  # (dtype, MINP, ROWK) whose wider teams loaded
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # rest_rows', the last current
         self.single_in_graphs = False
         """Whether captured calls take one launch too. Off: in replays, whose launches cost
@@ -427,28 +430,55 @@ class Fused:
 
         return out, flags, second, exact
 
-    def rest_grid(self, shard: torch.Tensor) -> tuple[int, int]:
-        """``(row slots, members per rank)`` of :meth:`rest` for ``shard``: at most
-        :data:`.plans.REST_PROGRAMS` programs and one per SM (``wait_ctas`` where ranks share
-        a GPU); one member in the interpreter, whose programs run one after another."""
-        if not shard.is_cuda:
-            return max(1, min(shard.shape[0], REST_PROGRAMS)), 1
+    def rest_most(self, shard: torch.Tensor) -> int:
+        """Programs of :meth:`rest`'s grid, at most: :data:`.plans.REST_PROGRAMS` and one
+        per SM (``wait_ctas`` where ranks share a GPU)."""
         if self.sms is None:
             self.sms = torch.cuda.get_device_properties(shard.device).multi_processor_count
-        most = min(REST_PROGRAMS, self.sms, self.wait_ctas or self.sms)
-        parts = max(1, min(REST[1], self.columns // REST[0], most))
-        return max(1, min(shard.shape[0], most // parts)), parts
+        return min(REST_PROGRAMS, self.sms, self.wait_ctas or self.sms)
+
+    def rest_grid(self, shard: torch.Tensor) -> tuple[int, int]:
+        """``(row slots, members per rank)`` of :meth:`rest` for ``shard``
+        (:func:`.plans.rest_team`); one member in the interpreter, whose programs run one
+        after another."""
+        if not shard.is_cuda:
+            return max(1, min(shard.shape[0], REST_PROGRAMS)), 1
+        return rest_team(self.columns, shard.shape[0], self.rest_most(shard))
 
     def rest(self, shard: torch.Tensor, head: tuple, minp: bool, rowk: bool) -> None:
-        """Launches :func:`..kernels.topp_exact.nucleus_rest` over the rows whose token is -1."""
+        """Launches :func:`..kernels.topp_exact.nucleus_rest` over the rows whose token is -1.
+        The wider teams of smaller M (:func:`.plans.rest_teams`) each have their own
+        mailbox (a few rows) and kernel variant (``MEMB``). An eager call builds and loads
+        them all, launching each variant over no rows, so that a graph captured after an
+        eager call at a larger M finds them, as the docs promise."""
+        m = shard.shape[0]
         grid = self.rest_grid(shard)
+        if not shard.is_cuda:
+            self._rest(shard, head, minp, rowk, grid, m, None)
+            return
+        wide_rows, teams = rest_teams(self.columns, self.rest_most(shard))
+        variant = (shard.dtype, minp, rowk)
+        if (
+            teams
+            and variant not in self.rest_loaded
+            and not torch.cuda.is_current_stream_capturing()
+        ):
+            for parts in teams:
+                self._rest(shard, head, minp, rowk, (1, parts), 0, wide_rows)
+            self.rest_loaded.add(variant)
+        self._rest(shard, head, minp, rowk, grid, m, wide_rows if grid[1] in teams else None)
+
+    def _rest(self, shard: torch.Tensor, head: tuple, minp: bool, rowk: bool,
+              grid: tuple[int, int], m: int, capacity: int | None) -> None:  # fmt: skip
+        """One launch of :meth:`rest` on ``grid`` over ``m`` rows (0: loads the variant),
+        its mailbox built for ``capacity`` rows (None: the sampler's)."""
         words = grid[1] * topp_exact.WORDS.value
-        mb = self.box(words, shard.shape[0])
+        mb = self.box(words, max(m, 1), capacity)
         mb.check()
         x = shard
         args = (x, x.stride(0), *head, mb.peers, mb.data, mb.epoch, mb.parity_stride)
         args += (mb.row_elems, mb.status_ptr, mb.dead, mb.timeout_us, self.rank * words)
-        args += (shard.shape[0], self.columns, self.col0, self.columns * self.world)
+        args += (m, self.columns, self.col0, self.columns * self.world)
         consts = {"BLOCK": REST[2], "MEMB": pow2(self.world * grid[1]), "MINP": minp,
                   "ROWK": rowk, "WORLD": self.world, "THREADS": 32 * REST[3],
                   "TRAP": self.trap}  # fmt: skip

@@ -3,6 +3,7 @@ programs each kernel runs. Pure Python; the CPU tests hold its rules."""
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -36,11 +37,40 @@ wrong at levels 1-3), and it is no faster (15.4 against 14.9 us at M=64, one H20
 
 
 REST = (8192, 16, 512, 8)
-"""Top-p's in-kernel fallback (:mod:`..kernels.topp_exact`): (columns per team member at least,
-members per rank at most, columns per scan step, warps)."""
+"""Top-p's in-kernel fallback (:mod:`..kernels.topp_exact`): (columns per team member at least
+and members per rank at most where the rows fill the grid, columns per scan step, warps)."""
 REST_PROGRAMS = 128
 """Programs of that fallback's grid per rank, at most (row slots x members): its teams
 spin on each other, so the grid must stay resident beside the other ranks' kernels."""
+
+
+def rest_team(columns: int, rows: int, most: int) -> tuple[int, int]:
+    """``(row slots, members per rank)`` of the fallback's grid for ``rows`` rows and at most
+    ``most`` programs. Each member scans whole chunks of four scan steps (2048 columns).
+    Where the rows fill the grid, :data:`REST`'s teams; where they leave it idle (small M),
+    wider teams, up to one chunk per member, so every program has columns: a pass over a
+    row then costs one chunk's scan and the exchange's latency, not 19 chunks'."""
+    chunk = 4 * REST[2]
+    chunks = -(-columns // chunk)
+    full = max(1, min(REST[1], columns // REST[0], most))
+    want = max(full, min(chunks, most // max(rows, 1)))
+    per = -(-chunks // want)  # chunks per member; members with columns only
+    parts = max(1, min(most, -(-chunks // per)))
+    return max(1, min(rows, most // parts)), parts
+
+
+@functools.lru_cache(maxsize=64)
+def rest_teams(columns: int, most: int) -> tuple[int, dict[int, int]]:
+    """``(rows, {members: largest M})`` of :func:`rest_team`'s wider teams: the largest M
+    that takes a team wider than a full grid's, and each wider team's largest M (the
+    rows its mailbox needs). Cached: read, never change, the dict it returns."""
+    full = rest_team(columns, most + 1, most)[1]
+    teams: dict[int, int] = {}
+    for m in range(1, most + 1):
+        parts = rest_team(columns, m, most)[1]
+        if parts != full:
+            teams[parts] = m
+    return max(teams.values(), default=0), teams
 
 
 def xbits(dtype: torch.dtype) -> int:
