@@ -204,31 +204,38 @@ def test_emulated_ranks_match_gathered(world: int) -> None:
         _iteration(ranks, rng, it)
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_rest_serves_rows_the_rounds_leave(world: int) -> None:
+@pytest.mark.parametrize("world,m", [(2, 24), (4, 24), (2, 2), (4, 3)])
+def test_rest_serves_rows_the_rounds_leave(world: int, m: int) -> None:
     """Flat rows (a nucleus of thousands), a per-row k of hundreds to thousands and min-p:
     top-p's rounds leave rows undecided, and the in-kernel fallback (``kernels.topp_exact``,
     teams of several programs per rank spinning on each other) must give every rank the
-    definition's token in every row."""
+    definition's token in every row. M=2 and 3 take the wider teams of small calls
+    (``plans.rest_team``); their rows are all nearly flat, so every call needs the fallback."""
     from logits_gather.sampling import reference
+    from logits_gather.sampling.fused.plans import rest_team
 
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
-    m = 24
     ranks = Ranks(world, V // world, m, dev)
     n = V // world
-    rng = random.Random(50 + world)
+    f0 = ranks.fused[0]
+    team = f0.rest_grid(torch.empty(m, n, device=dev))[1]
+    grid_full = rest_team(n, 10**6, f0.rest_most(torch.empty(1, n, device=dev)))[1]
+    if m < 8:  # what this case is for: a team wider than a full grid's
+        assert team > grid_full, (m, team, grid_full)
+    rng = random.Random(50 + world + m)
+    spreads = [0.05, 0.3, 1.0, 3.0] if m >= 8 else [0.05, 0.3]
+    tops = [0.3, 0.9, 0.99, 1.0] if m >= 8 else [0.9, 0.99]
     needed = 0
     for it in range(6):
         dtype = DTYPES[it % 3]
-        spread = torch.tensor([rng.choice([0.05, 0.3, 1.0, 3.0]) for _ in range(m)], device=dev)
+        spread = torch.tensor([rng.choice(spreads) for _ in range(m)], device=dev)
         full = (torch.randn(m, V, device=dev) * spread[:, None]).to(dtype)
         temp = torch.tensor([rng.choice([0.5, 0.8, 1.0, 1.3]) for _ in range(m)], device=dev)
         seed = torch.randint(-(2**63), 2**63 - 1, (m,), device=dev)
         pos = torch.randint(0, 2**31, (m,), device=dev)
         rows = (seed, pos)  # the fused kernels' seeds, positions
-        p = torch.tensor([rng.choice([0.3, 0.9, 0.99, 1.0]) for _ in range(m)], device=dev,
-                         dtype=torch.float64)  # fmt: skip
+        p = torch.tensor([rng.choice(tops) for _ in range(m)], device=dev, dtype=torch.float64)
         k = torch.tensor([rng.choice([0, 5, 100, 1000, 30000, V]) for _ in range(m)], device=dev)
         mp = torch.full((m,), 0.02, device=dev) if it % 2 else None
         shards = [full[:, r * n : (r + 1) * n] for r in range(world)]
