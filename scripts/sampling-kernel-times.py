@@ -19,7 +19,7 @@ import statistics
 
 import torch
 
-from logits_gather.sampling.fused import fused
+from logits_gather.sampling.fused import rounds
 from logits_gather.sampling.kernels import topk, writers
 from logits_gather.sampling.kernels import topp as N
 from scripts.support.emulated import Ranks
@@ -160,7 +160,7 @@ def main() -> None:
         warm @ warm
     for config in args.configs.split(",") if args.configs else [None]:
         if config is not None:
-            fused.WIDE = fused.NARROW = tuple(int(v) for v in config.split("x"))
+            rounds.WIDE = rounds.NARROW = tuple(int(v) for v in config.split("x"))
         f = Ranks(1, args.columns, max(rows), device, wait_ctas=0, single_rows=0).fused[0]
         print(f"columns={args.columns} wide={f.wide} narrow={f.narrow} (us, graph replay)")
         print(f"{'operation':<24}" + "".join(f"{'M=' + str(m):>10}" for m in rows))

@@ -95,7 +95,7 @@ class Mailbox:
         self.peers = torch.tensor(bases, dtype=torch.int64, device=device)
         self.epoch = torch.zeros(capacity, dtype=torch.int32, device=device)
         self.arrivals = torch.zeros(capacity, dtype=torch.int32, device=device)  # one launch
-        self.plans: dict[tuple, object] = {}  # bound launches over this mailbox (fused.py)
+        self.plans: dict[tuple, object] = {}  # bound launches over this mailbox (rounds.py)
         self.timeout_us = max(1, int(timeout_s * 1e6))
         self.trap = trap
         self.flags: torch.Tensor | None = None  # top-k's overflow marks, if used
