@@ -152,10 +152,9 @@ class VocabParallelSampler:
         """The torch-ops path's exchanges built so far, one per payload width."""
         return tuple(self.state.exchanges.values())
 
-    def box(self, words: int, rows: int, capacity: int | None = None) -> mailbox.Mailbox:
-        """The fused kernels' mailbox of ``words`` words per rank for ``rows`` rows, built
-        for ``capacity`` rows (default: the sampler's)."""
-        return self.state.box(words, rows, capacity)
+    def box(self, words: int, rows: int) -> mailbox.Mailbox:
+        """The fused kernels' mailbox of ``words`` words per rank for ``rows`` rows."""
+        return self.state.box(words, rows)
 
     def check(self) -> None:
         """Raises :class:`~logits_gather.PeerTimeoutError` if a fused kernel or an exchange

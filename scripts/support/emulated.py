@@ -104,7 +104,7 @@ class Ranks:
             torch.cuda._sleep(1)
 
     def _box_for(self, rank: int) -> Callable[[int, int], Box]:
-        def box(words: int, rows: int, capacity: int | None = None) -> Box:  # noqa: ARG001
+        def box(words: int, rows: int, capacity: int | None = None) -> Box:
             assert rows <= self.capacity, (rows, self.capacity)
             with self._making:  # every rank's copies at once, the first time
                 if words not in self._boxes:

@@ -66,7 +66,7 @@ def _mailboxes(world: int, capacity: int):
         return boxes[words]
 
     def box_for(rank: int):
-        def box(words: int, rows: int, capacity: int | None = None) -> Box:  # noqa: ARG001
+        def box(words: int, rows: int, capacity: int | None = None) -> Box:
             with _LOCK:
                 return made_for(words)[rank]
 

@@ -36,7 +36,7 @@ def _ranks(launch_lock: threading.Lock) -> list[fused.Fused]:
     lock, boxes = threading.Lock(), {}
 
     def box_for(rank: int):
-        def box(words: int, rows: int, capacity: int | None = None) -> Box:  # noqa: ARG001
+        def box(words: int, rows: int, capacity: int | None = None) -> Box:
             with lock:
                 if words not in boxes:
                     made = [Box(words * WORLD, 8, CPU, 1.0) for _ in range(WORLD)]
